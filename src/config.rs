@@ -1,0 +1,108 @@
+//! Module configuration: load-time arguments (`--loadmodule libredisai.so KEY VAL ...`, spec §3.3).
+
+use crate::error::{Error, Result};
+use crate::tensor::parse_i64;
+
+/// Upper bound on worker threads per device queue: far above any core count, low enough that a
+/// typo cannot make the module spawn thousands of threads.
+pub const MAX_THREADS_PER_QUEUE: i64 = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub backends_path: Option<String>,
+    /// Backend libraries named at load time: (backend name as given upper-cased, path).
+    pub backend_libs: Vec<(String, String)>,
+    pub threads_per_queue: usize,
+    pub intra_op_parallelism: usize,
+    pub inter_op_parallelism: usize,
+    pub model_chunk_size: usize,
+    pub model_execution_timeout_ms: u64,
+    pub backend_memory_limit_mb: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            backends_path: None,
+            backend_libs: Vec::new(),
+            threads_per_queue: 1,
+            intra_op_parallelism: 0,
+            inter_op_parallelism: 0,
+            model_chunk_size: 511 * 1024 * 1024,
+            model_execution_timeout_ms: 5000,
+            backend_memory_limit_mb: 0,
+        }
+    }
+}
+
+fn positive(key: &str, val: &[u8], max: i64) -> Result<i64> {
+    match parse_i64(val) {
+        Some(v) if v > 0 && v <= max => Ok(v),
+        _ => Err(arg_error(key, val)),
+    }
+}
+
+fn arg_error(key: &str, val: &[u8]) -> Error {
+    Error::Generic(format!("error processing argument: {key} {}", String::from_utf8_lossy(val)))
+}
+
+impl Config {
+    /// Parses `KEY VAL` pairs. BACKENDSPATH is applied first whatever its position, as in RedisAI.
+    pub fn from_args(args: &[&[u8]]) -> Result<Config> {
+        if !args.len().is_multiple_of(2) {
+            return Err(Error::Generic("load-time arguments must come in KEY VALUE pairs".into()));
+        }
+        let mut c = Config::default();
+        for pair in args.chunks_exact(2) {
+            let (key, val) = (String::from_utf8_lossy(pair[0]).to_ascii_uppercase(), pair[1]);
+            let text = || String::from_utf8(val.to_vec()).map_err(|_| arg_error(&key, val));
+            match key.as_str() {
+                "BACKENDSPATH" => c.backends_path = Some(text()?),
+                "TF" | "TFLITE" | "TORCH" | "ONNX" => c.backend_libs.push((key.clone(), text()?)),
+                "THREADS_PER_QUEUE" => c.threads_per_queue = positive(&key, val, MAX_THREADS_PER_QUEUE)? as usize,
+                "INTRA_OP_PARALLELISM" => c.intra_op_parallelism = positive(&key, val, 1024)? as usize,
+                "INTER_OP_PARALLELISM" => c.inter_op_parallelism = positive(&key, val, 1024)? as usize,
+                "MODEL_CHUNK_SIZE" => c.model_chunk_size = positive(&key, val, i64::MAX)? as usize,
+                "MODEL_EXECUTION_TIMEOUT" => {
+                    let v = positive(&key, val, i64::MAX)?;
+                    if v < 1000 {
+                        return Err(arg_error(&key, val));
+                    }
+                    c.model_execution_timeout_ms = v as u64;
+                }
+                "BACKEND_MEMORY_LIMIT" => c.backend_memory_limit_mb = positive(&key, val, i64::MAX)? as u64,
+                _ => return Err(arg_error(&key, val)),
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// The module's configuration, set at load time (and by AI.CONFIG where RedisAI allows it).
+pub static CONFIG: std::sync::LazyLock<parking_lot::RwLock<Config>> =
+    std::sync::LazyLock::new(|| parking_lot::RwLock::new(Config::default()));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config> {
+        let words: Vec<&[u8]> = s.split_whitespace().map(str::as_bytes).collect();
+        Config::from_args(&words)
+    }
+
+    #[test]
+    fn parses_and_validates() {
+        let c = parse("THREADS_PER_QUEUE 4 onnx /x/libonnxruntime.so MODEL_EXECUTION_TIMEOUT 1000").unwrap();
+        assert_eq!(c.threads_per_queue, 4);
+        assert_eq!(c.backend_libs, vec![("ONNX".to_string(), "/x/libonnxruntime.so".to_string())]);
+        assert_eq!(parse("").unwrap(), Config::default());
+        for bad in ["THREADS_PER_QUEUE 0", "THREADS_PER_QUEUE 100000", "MODEL_EXECUTION_TIMEOUT 999", "FOO 1", "TF"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse("THREADS_PER_QUEUE x").unwrap_err().reply_text(),
+            "ERR error processing argument: THREADS_PER_QUEUE x"
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! One error type for the whole module. `Display` gives RedisAI's text *without* the `ERR ` prefix;
+//! [`Error::reply_text`] adds the prefix for the errors where RedisAI sent one (most, not all).
+
+use thiserror::Error;
+
+/// Largest tensor payload accepted from a client or an RDB file. Bounds every allocation a
+/// declared shape can cause, so a typo in a shape is an error reply rather than an abort in Redis.
+pub const MAX_TENSOR_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// RedisAI formatted this itself with the upper-case name (Redis 7 would print the lower-case one).
+    #[error("wrong number of arguments for '{0}' command")]
+    WrongArity(&'static str),
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    #[error("tensor key is empty or in a different shard")]
+    TensorKeyEmpty,
+    #[error("invalid data type")]
+    InvalidDataType,
+    #[error("invalid or negative value found in tensor shape")]
+    InvalidShape,
+    #[error("tensor size exceeds the limit of {MAX_TENSOR_BYTES} bytes")]
+    TensorTooLarge,
+    #[error("a single binary string should come after the BLOB argument in 'AI.TENSORSET' command")]
+    BlobArgument,
+    #[error("data length does not match tensor shape and type")]
+    DataLength,
+    #[error("BOOL tensor elements must be 0 or 1")]
+    BoolValue,
+    #[error("Number of string elements in data blob does not match tensor length")]
+    StringElements,
+    #[error("STRING tensor elements must be valid UTF-8")]
+    StringUtf8,
+    #[error("wrong number of values was given in 'AI.TENSORSET' command")]
+    ValuesCount,
+    #[error("invalid value")]
+    InvalidValue,
+    #[error("C-string value contains null character")]
+    NulInString,
+    #[error("unsupported data format")]
+    UnsupportedFormat,
+    #[error("both BLOB and VALUES specified")]
+    BothBlobAndValues,
+    /// A persisted payload that cannot be decoded (corrupt file, wrong layout, forward version).
+    #[error("corrupt {what} payload: {why}")]
+    Rdb { what: &'static str, why: String },
+    /// A message that RedisAI sent verbatim, without `ERR ` (backend messages and a few parser texts).
+    #[error("{0}")]
+    Plain(String),
+    /// A message that RedisAI sent with the `ERR ` prefix.
+    #[error("{0}")]
+    Generic(String),
+}
+
+impl Error {
+    /// The text sent to the client: `ERR ` + message, except where RedisAI sent none.
+    pub fn reply_text(&self) -> String {
+        match self {
+            Error::WrongType | Error::Plain(_) => self.to_string(),
+            _ => format!("ERR {self}"),
+        }
+    }
+
+    pub fn rdb(what: &'static str, why: impl Into<String>) -> Self {
+        Error::Rdb { what, why: why.into() }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_follow_redisai() {
+        assert_eq!(Error::InvalidValue.reply_text(), "ERR invalid value");
+        assert_eq!(Error::WrongType.reply_text(), "WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(
+            Error::Plain("Unsupported command within DAG".into()).reply_text(),
+            "Unsupported command within DAG"
+        );
+        assert_eq!(
+            Error::WrongArity("AI.TENSORGET").reply_text(),
+            "ERR wrong number of arguments for 'AI.TENSORGET' command"
+        );
+        assert_eq!(Error::TensorTooLarge.reply_text(), "ERR tensor size exceeds the limit of 4294967296 bytes");
+    }
+}

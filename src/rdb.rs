@@ -1,0 +1,257 @@
+//! RDB payloads of the module's data types, in RedisAI's layouts (encoding version 4; 0–3 for loading).
+//! Pure Rust over two small traits, so the Redis side only supplies the primitive reads and writes.
+
+use crate::error::{Error, Result};
+use crate::tensor::{DataType, Tensor, MAX_DIMS};
+
+/// The encoding version written today (RedisAI 1.2.5+).
+pub const ENCVER: i32 = 4;
+
+pub trait RdbRead {
+    fn read_unsigned(&mut self) -> Result<u64>;
+    /// Redis stores signed values as the same bits through the unsigned opcode.
+    fn read_signed(&mut self) -> Result<i64> {
+        Ok(self.read_unsigned()? as i64)
+    }
+    fn read_buffer(&mut self) -> Result<Vec<u8>>;
+}
+
+pub trait RdbWrite {
+    fn write_unsigned(&mut self, v: u64);
+    fn write_signed(&mut self, v: i64) {
+        self.write_unsigned(v as u64)
+    }
+    fn write_buffer(&mut self, b: &[u8]);
+}
+
+fn bad(why: impl Into<String>) -> Error {
+    Error::rdb("tensor", why)
+}
+
+fn read_dims(r: &mut impl RdbRead, signed: bool) -> Result<Vec<i64>> {
+    let ndim = if signed { r.read_signed()? } else { r.read_unsigned()? as i64 };
+    if !(0..=MAX_DIMS as i64).contains(&ndim) {
+        return Err(bad(format!("{ndim} dimensions")));
+    }
+    (0..ndim).map(|_| if signed { r.read_signed() } else { r.read_unsigned().map(|d| d as i64) }).collect()
+}
+
+pub fn save_tensor(t: &Tensor, w: &mut impl RdbWrite) {
+    let (code, bits) = t.dtype().dlpack();
+    w.write_unsigned(code);
+    w.write_unsigned(bits);
+    w.write_signed(t.shape().len() as i64);
+    for &d in t.shape() {
+        w.write_signed(d);
+    }
+    w.write_buffer(t.data());
+    if t.dtype() == DataType::String {
+        for &o in t.offsets() {
+            w.write_unsigned(o);
+        }
+    }
+}
+
+pub fn load_tensor(r: &mut impl RdbRead, encver: i32) -> Result<Tensor> {
+    match encver {
+        4 => {
+            let code = r.read_unsigned()?;
+            let bits = r.read_unsigned()?;
+            let dtype =
+                DataType::from_dlpack(code, bits).ok_or_else(|| bad(format!("dtype code {code} bits {bits}")))?;
+            let shape = read_dims(r, true)?;
+            let data = r.read_buffer()?;
+            let offsets = if dtype == DataType::String {
+                // Validate the data first: it bounds how many offsets we are willing to read.
+                let n = Tensor::from_blob(dtype, shape.clone(), &data).map_err(|e| bad(e.to_string()))?.len();
+                Some((0..n).map(|_| r.read_unsigned()).collect::<Result<Vec<u64>>>()?)
+            } else {
+                None
+            };
+            Tensor::from_stored(dtype, shape, data, offsets).map_err(|e| bad(e.to_string()))
+        }
+        0..=3 => {
+            let _device_type = r.read_unsigned()?;
+            let _device_id = r.read_unsigned()?;
+            let bits = r.read_unsigned()?;
+            let code = r.read_unsigned()?;
+            let _lanes = r.read_unsigned()?;
+            let dtype = DataType::from_dlpack(code, bits)
+                .filter(|t| !matches!(t, DataType::String | DataType::Bool))
+                .ok_or_else(|| bad(format!("dtype code {code} bits {bits}")))?;
+            let shape = read_dims(r, false)?;
+            for _ in 0..shape.len() {
+                let _stride = r.read_unsigned()?;
+            }
+            let _byte_offset = r.read_unsigned()?;
+            let data = r.read_buffer()?;
+            Tensor::from_stored(dtype, shape, data, None).map_err(|e| bad(e.to_string()))
+        }
+        v => Err(bad(format!("encoding version {v} is newer than this module supports ({ENCVER})"))),
+    }
+}
+
+/// An in-memory stream of RDB primitives, for tests and fuzzing.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct MemRdb {
+    pub items: Vec<MemItem>,
+    pos: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemItem {
+    Unsigned(u64),
+    Buffer(Vec<u8>),
+}
+
+impl MemRdb {
+    pub fn new(items: Vec<MemItem>) -> Self {
+        MemRdb { items, pos: 0 }
+    }
+    fn next(&mut self) -> Result<MemItem> {
+        let item = self.items.get(self.pos).cloned().ok_or_else(|| bad("unexpected end of payload"))?;
+        self.pos += 1;
+        Ok(item)
+    }
+}
+
+impl RdbRead for MemRdb {
+    fn read_unsigned(&mut self) -> Result<u64> {
+        match self.next()? {
+            MemItem::Unsigned(v) => Ok(v),
+            MemItem::Buffer(_) => Err(bad("expected an integer, found a string")),
+        }
+    }
+    fn read_buffer(&mut self) -> Result<Vec<u8>> {
+        match self.next()? {
+            MemItem::Buffer(b) => Ok(b),
+            MemItem::Unsigned(_) => Err(bad("expected a string, found an integer")),
+        }
+    }
+}
+
+impl RdbWrite for MemRdb {
+    fn write_unsigned(&mut self, v: u64) {
+        self.items.push(MemItem::Unsigned(v));
+    }
+    fn write_buffer(&mut self, b: &[u8]) {
+        self.items.push(MemItem::Buffer(b.to_vec()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MemItem::*;
+
+    /// Reads the module opcodes of a `DUMP` payload (type 7 = module, id, then UINT=2 / STRING=5 ... EOF=0).
+    fn dump_items(hex: &str) -> (i32, MemRdb) {
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let mut p = 1; // type byte
+        fn len(b: &[u8], p: &mut usize) -> u64 {
+            let first = b[*p];
+            *p += 1;
+            match first >> 6 {
+                0 => (first & 0x3f) as u64,
+                1 => {
+                    *p += 1;
+                    (((first & 0x3f) as u64) << 8) | b[*p - 1] as u64
+                }
+                _ => {
+                    let n = if first == 0x80 { 4 } else { 8 };
+                    let v = b[*p..*p + n].iter().fold(0u64, |a, &x| (a << 8) | x as u64);
+                    *p += n;
+                    v
+                }
+            }
+        }
+        let module_id = len(&bytes, &mut p);
+        let encver = (module_id & 1023) as i32;
+        let mut items = Vec::new();
+        loop {
+            match len(&bytes, &mut p) {
+                0 => break,
+                2 => items.push(Unsigned(len(&bytes, &mut p))),
+                5 => {
+                    let n = len(&bytes, &mut p) as usize;
+                    items.push(Buffer(bytes[p..p + n].to_vec()));
+                    p += n;
+                }
+                op => panic!("opcode {op}"),
+            }
+        }
+        (encver, MemRdb::new(items))
+    }
+
+    #[test]
+    fn reads_payloads_recorded_from_redisai() {
+        let (v, mut r) = dump_items("0781008fd310d48e4404020602080202020202030506000100000001000a00507f96ce2b9aa4bc");
+        let t = load_tensor(&mut r, v).unwrap();
+        assert_eq!((t.dtype(), t.shape(), t.data()), (DataType::Bool, &[2i64, 3][..], &[0u8, 1, 0, 0, 0, 1][..]));
+
+        let (v, mut r) = dump_items(
+            "0781008fd310d48e440402070208020102040517616c70686100626574610067616d6d610064656c74610002000206020b0211000a002e61143f69475722",
+        );
+        let t = load_tensor(&mut r, v).unwrap();
+        assert_eq!(t.dtype(), DataType::String);
+        assert_eq!(t.string_at(3), b"delta");
+        let mut w = MemRdb::default();
+        save_tensor(&t, &mut w);
+        assert_eq!(w.items, dump_items("0781008fd310d48e440402070208020102040517616c70686100626574610067616d6d610064656c74610002000206020b0211000a002e61143f69475722").1.items);
+    }
+
+    #[test]
+    fn round_trips_every_dtype() {
+        for dtype in DataType::ALL {
+            let t = Tensor::zeros(dtype, vec![2, 3]).unwrap();
+            let mut w = MemRdb::default();
+            save_tensor(&t, &mut w);
+            assert_eq!(load_tensor(&mut MemRdb::new(w.items), ENCVER).unwrap(), t);
+        }
+        let s = Tensor::from_blob(DataType::String, vec![3], b"x\0\0yz\0").unwrap();
+        let mut w = MemRdb::default();
+        save_tensor(&s, &mut w);
+        assert_eq!(load_tensor(&mut MemRdb::new(w.items), ENCVER).unwrap(), s);
+    }
+
+    #[test]
+    fn reads_the_v0_to_v3_layout() {
+        let items = vec![
+            Unsigned(1),
+            Unsigned(0),
+            Unsigned(32),
+            Unsigned(2),
+            Unsigned(1), // device, id, bits, code, lanes
+            Unsigned(2),
+            Unsigned(1),
+            Unsigned(2),
+            Unsigned(2),
+            Unsigned(1),
+            Unsigned(0), // ndims, shape, strides, offset
+            Buffer(vec![0, 0, 128, 63, 0, 0, 0, 64]),
+        ];
+        for v in 0..=3 {
+            let t = load_tensor(&mut MemRdb::new(items.clone()), v).unwrap();
+            assert_eq!(t.dtype(), DataType::Float);
+            assert_eq!(t.shape(), &[1, 2]);
+        }
+    }
+
+    #[test]
+    fn rejects_corrupt_payloads() {
+        let cases = vec![
+            vec![Unsigned(9), Unsigned(32)],                    // unknown dtype
+            vec![Unsigned(2), Unsigned(32), Unsigned(1 << 40)], // absurd ndim
+            vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(0), Buffer(vec![])], // zero dim
+            vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(2), Buffer(vec![0; 7])], // short data
+            vec![Unsigned(7), Unsigned(8), Unsigned(1), Unsigned(1), Buffer(b"a\0".to_vec()), Unsigned(1)], // bad offset
+            vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(1)],                                      // truncated
+            vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(u64::MAX), Buffer(vec![])], // negative dim
+        ];
+        for items in cases {
+            assert!(load_tensor(&mut MemRdb::new(items.clone()), 4).is_err(), "{items:?}");
+        }
+        assert!(load_tensor(&mut MemRdb::default(), 5).is_err());
+    }
+}

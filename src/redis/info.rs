@@ -1,0 +1,53 @@
+//! INFO MODULES: RedisAI's sections, in RedisAI's order (clients split the text on `#`).
+
+use std::os::raw::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::raw;
+
+use crate::config::CONFIG;
+
+fn cpu_time(who: c_int) -> (String, String) {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return ("N/A".into(), "N/A".into());
+    }
+    let fmt = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (fmt(ru.ru_stime), fmt(ru.ru_utime))
+}
+
+pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let c = CONFIG.read().clone();
+        raw::add_info_section(ctx, Some("versions"));
+        raw::add_info_field_str(ctx, "RedisAI_version", "1.2.7");
+        raw::add_info_field_str(ctx, "redisai_rs_version", env!("CARGO_PKG_VERSION"));
+        raw::add_info_field_long_long(ctx, "low_level_API_version", 1);
+        raw::add_info_field_long_long(ctx, "rdb_version", crate::rdb::ENCVER as i64);
+
+        raw::add_info_section(ctx, Some("git"));
+        raw::add_info_field_str(ctx, "git_sha", env!("REDISAI_GIT_SHA"));
+
+        raw::add_info_section(ctx, Some("load_time_configs"));
+        raw::add_info_field_long_long(ctx, "threads_per_queue", c.threads_per_queue as i64);
+        raw::add_info_field_long_long(ctx, "inter_op_parallelism", c.inter_op_parallelism as i64);
+        raw::add_info_field_long_long(ctx, "intra_op_parallelism", c.intra_op_parallelism as i64);
+        raw::add_info_field_long_long(ctx, "model_execution_timeout", c.model_execution_timeout_ms as i64);
+        raw::add_info_field_long_long(ctx, "backend_memory_limit", c.backend_memory_limit_mb as i64);
+
+        raw::add_info_section(ctx, Some("backends_info"));
+
+        raw::add_info_section(ctx, Some("cpu"));
+        let (sys, user) = cpu_time(libc::RUSAGE_SELF);
+        raw::add_info_field_str(ctx, "self_used_cpu_sys", &sys);
+        raw::add_info_field_str(ctx, "self_used_cpu_user", &user);
+        let (sys, user) = cpu_time(libc::RUSAGE_CHILDREN);
+        raw::add_info_field_str(ctx, "children_used_cpu_sys", &sys);
+        raw::add_info_field_str(ctx, "children_used_cpu_user", &user);
+        // INFO runs on the main thread, so the calling thread's usage is the main thread's.
+        let (sys, user) = cpu_time(libc::RUSAGE_THREAD);
+        raw::add_info_field_str(ctx, "main_thread_used_cpu_sys", &sys);
+        raw::add_info_field_str(ctx, "main_thread_used_cpu_user", &user);
+    }));
+}

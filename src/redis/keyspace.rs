@@ -1,0 +1,89 @@
+//! Typed access to keys holding the module's values, with RedisAI's WRONGTYPE rule.
+
+use std::os::raw::c_void;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::error::{Error, Result};
+
+/// An open key, closed on drop.
+pub struct Key {
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleKey,
+}
+
+impl Key {
+    /// Opens `name` (an argv string of the running command) for reading, or for writing too.
+    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Key {
+        let mode = if write { raw::KeyMode::READ | raw::KeyMode::WRITE } else { raw::KeyMode::READ };
+        // SAFETY: ctx and name are the live context and argv string of the command being executed.
+        let key = unsafe { raw::RedisModule_OpenKey.expect("API initialised")(ctx, name, mode.bits()) };
+        Key { ctx, key }
+    }
+
+    fn key_type(&self) -> raw::KeyType {
+        // SAFETY: self.key is an open, non-null key of the running command's context.
+        unsafe { raw::RedisModule_KeyType.expect("API initialised")(self.key) }.into()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.key.is_null() || self.key_type() == raw::KeyType::Empty
+    }
+
+    fn holds(&self, ty: &RedisType) -> bool {
+        // SAFETY: self.key is an open key of this context; ModuleTypeGetType only reads it.
+        self.key_type() == raw::KeyType::Module
+            && unsafe { raw::RedisModule_ModuleTypeGetType.expect("API initialised")(self.key) }
+                == *ty.raw_type.borrow()
+    }
+
+    /// The value if the key holds `ty`; `None` if the key is empty; WRONGTYPE otherwise.
+    pub fn get<T>(&self, ty: &RedisType) -> Result<Option<&T>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        if !self.holds(ty) {
+            return Err(Error::WrongType);
+        }
+        // SAFETY: the key holds a value of `ty`, and every value of `ty` was stored by `set::<T>` as a
+        // Box<T>; the reference lives no longer than this open key.
+        Ok(unsafe { (raw::RedisModule_ModuleTypeGetValue.expect("API initialised")(self.key) as *const T).as_ref() })
+    }
+
+    /// Fails with WRONGTYPE unless the key is empty or holds `ty`.
+    pub fn check_type(&self, ty: &RedisType) -> Result<()> {
+        if self.is_empty() || self.holds(ty) {
+            Ok(())
+        } else {
+            Err(Error::WrongType)
+        }
+    }
+
+    /// Stores `value` (replacing whatever the key held; Redis frees the old value with the type's free callback).
+    pub fn set<T>(&self, ty: &RedisType, value: T) -> Result<()> {
+        let ptr = Box::into_raw(Box::new(value)) as *mut c_void;
+        // SAFETY: the key was opened for writing; on success Redis owns `ptr` and frees it through the
+        // type's free callback, which turns it back into a Box<T>.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.expect("API initialised")(self.key, *ty.raw_type.borrow(), ptr)
+        };
+        if status == raw::REDISMODULE_OK as i32 {
+            Ok(())
+        } else {
+            // SAFETY: Redis refused the value, so we still own it.
+            drop(unsafe { Box::from_raw(ptr as *mut T) });
+            Err(Error::Generic("could not save tensor".into()))
+        }
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            // SAFETY: the key was opened by `open` on this context and is closed exactly once.
+            unsafe { raw::RedisModule_CloseKey.expect("API initialised")(self.key) };
+        }
+        let _ = self.ctx;
+    }
+}

@@ -1,0 +1,104 @@
+//! `RedisModule_OnLoad`: initialises the API, reads the load-time arguments, registers types and commands.
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::raw;
+
+use super::handlers;
+use super::types::TENSOR_TYPE;
+use super::{info, log_warning};
+use crate::config::{self, Config};
+
+/// RedisAI 1.2.7 as MAJOR*10000+MINOR*100+PATCH: the release whose interface this module implements.
+const MODULE_VERSION: c_int = 10207;
+
+type CommandFn = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// Name, entry point, flags, first/last/step key positions (spec §1.0).
+const COMMANDS: &[(&str, CommandFn, &str, c_int, c_int, c_int)] = &[
+    ("ai.tensorset", handlers::ai_tensorset, "write deny-oom", 1, 1, 1),
+    ("ai.tensorget", handlers::ai_tensorget, "readonly", 1, 1, 1),
+];
+
+/// # Safety
+/// Called by Redis exactly once, with a valid context and `argc` argument strings.
+#[no_mangle]
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // Nothing may allocate before this call: the global allocator is Redis's, reached through the API
+    // table that Init fills in.
+    // SAFETY: ctx is the loading context; the name is a static NUL-terminated string.
+    let init = unsafe {
+        raw::Export_RedisModule_Init(ctx, c"ai".as_ptr(), MODULE_VERSION, raw::REDISMODULE_APIVER_1 as c_int)
+    };
+    if init == raw::Status::Err as c_int {
+        return init;
+    }
+    catch_unwind(AssertUnwindSafe(|| on_load(ctx, argv, argc))).unwrap_or_else(|_| {
+        log_warning("redisai: panic while loading the module");
+        raw::Status::Err as c_int
+    })
+}
+
+fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    std::panic::set_hook(Box::new(|p| log_warning(&format!("redisai: {p}"))));
+    const ERR: c_int = raw::Status::Err as c_int;
+
+    let args: Vec<Vec<u8>> = (0..argc.max(0) as usize)
+        .map(|i| {
+            let mut len = 0usize;
+            // SAFETY: Redis passes `argc` valid strings that live for the duration of OnLoad.
+            let p = raw::string_ptr_len(unsafe { *argv.add(i) }, &mut len);
+            // SAFETY: StringPtrLen returns `len` readable bytes owned by that string.
+            unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec()
+        })
+        .collect();
+    let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    match Config::from_args(&refs) {
+        Ok(c) => *config::CONFIG.write() = c,
+        Err(e) => {
+            log_warning(&e.reply_text());
+            return ERR;
+        }
+    }
+
+    // SAFETY: ctx is the loading context; the option only changes how RDB read errors are reported.
+    unsafe {
+        raw::RedisModule_SetModuleOptions.expect("API initialised")(
+            ctx,
+            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int,
+        )
+    };
+
+    if TENSOR_TYPE.create_data_type(ctx).is_err() {
+        return ERR;
+    }
+
+    for &(name, func, flags, first, last, step) in COMMANDS {
+        let (name_c, flags_c) = (CString::new(name).unwrap_or_default(), CString::new(flags).unwrap_or_default());
+        // SAFETY: ctx is the loading context; both strings are NUL-terminated and copied by Redis.
+        let status = unsafe {
+            raw::RedisModule_CreateCommand.expect("API initialised")(
+                ctx,
+                name_c.as_ptr() as *const c_char,
+                Some(func),
+                flags_c.as_ptr() as *const c_char,
+                first,
+                last,
+                step,
+            )
+        };
+        if status == ERR {
+            log_warning(&format!("redisai: cannot register command {name}"));
+            return ERR;
+        }
+    }
+
+    raw::register_info_function(ctx, Some(info::info_func));
+    raw::Status::Ok as c_int
+}

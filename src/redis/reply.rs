@@ -1,0 +1,43 @@
+//! Writes a pure [`Reply`] to the client.
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_long};
+
+use redis_module::raw;
+
+use crate::reply::Reply;
+
+pub fn send(ctx: *mut raw::RedisModuleCtx, r: &Reply) {
+    match r {
+        Reply::Simple(s) => {
+            let s = CString::new(*s).unwrap_or_default();
+            raw::reply_with_simple_string(ctx, s.as_ptr());
+        }
+        Reply::Int(i) => {
+            raw::reply_with_long_long(ctx, *i);
+        }
+        Reply::Double(d) => {
+            raw::reply_with_double(ctx, *d);
+        }
+        Reply::Bulk(b) => {
+            raw::reply_with_string_buffer(ctx, b.as_ptr() as *const c_char, b.len());
+        }
+        Reply::Array(items) => {
+            raw::reply_with_array(ctx, items.len() as c_long);
+            for item in items {
+                send(ctx, item);
+            }
+        }
+        Reply::Null => {
+            raw::reply_with_null(ctx);
+        }
+        Reply::Error(e) => error(ctx, &e.reply_text()),
+    }
+}
+
+/// An error reply on one line (RESP cannot carry newlines in errors; backends' messages may have them).
+pub fn error(ctx: *mut raw::RedisModuleCtx, text: &str) {
+    let one_line: String = text.chars().map(|c| if c == '\r' || c == '\n' || c == '\0' { ' ' } else { c }).collect();
+    let c = CString::new(one_line).unwrap_or_default();
+    raw::reply_with_error(ctx, c.as_ptr());
+}

@@ -1,0 +1,128 @@
+//! The module's Redis data types and their callbacks (RDB, AOF rewrite, MEMORY USAGE, COPY, free).
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::io::Io;
+use super::log_warning;
+use crate::rdb::{load_tensor, save_tensor, ENCVER};
+use crate::tensor::Tensor;
+
+/// Keys hold an `Arc` so that running work can share a tensor without copying it.
+pub type TensorValue = Arc<Tensor>;
+
+pub static TENSOR_TYPE: RedisType = RedisType::new(
+    "AI_TENSOR",
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(tensor_rdb_load),
+        rdb_save: Some(tensor_rdb_save),
+        aof_rewrite: Some(tensor_aof_rewrite),
+        mem_usage: Some(tensor_mem_usage),
+        digest: None,
+        free: Some(tensor_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(tensor_copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Runs a type callback, turning a panic into `fallback` and a log line: nothing may unwind into Redis.
+fn guard<R>(what: &str, fallback: R, f: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        log_warning(&format!("redisai: panic in {what}; the operation was abandoned"));
+        fallback
+    })
+}
+
+/// SAFETY (for every callback below): Redis passes a `value` that was stored by `Key::set::<TensorValue>`
+/// or returned by `tensor_rdb_load`/`tensor_copy`, i.e. a live `Box<TensorValue>` raw pointer.
+unsafe fn tensor_ref<'a>(value: *const c_void) -> &'a Tensor {
+    // SAFETY: see above; Redis keeps the value alive for the duration of the callback.
+    unsafe { &*(value as *const TensorValue) }
+}
+
+extern "C" fn tensor_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard("AI_TENSOR rdb_load", std::ptr::null_mut(), || match load_tensor(&mut Io(rdb), encver) {
+        Ok(t) => Box::into_raw(Box::new(Arc::new(t))) as *mut c_void,
+        Err(e) => {
+            log_warning(&format!("redisai: cannot load tensor: {e}"));
+            std::ptr::null_mut()
+        }
+    })
+}
+
+extern "C" fn tensor_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: see `tensor_ref`.
+    guard("AI_TENSOR rdb_save", (), || save_tensor(unsafe { tensor_ref(value) }, &mut Io(rdb)))
+}
+
+extern "C" fn tensor_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    guard("AI_TENSOR aof_rewrite", (), || {
+        // SAFETY: see `tensor_ref`.
+        let t = unsafe { tensor_ref(value) };
+        let mut words: Vec<String> = vec![t.dtype().name().to_string()];
+        words.extend(t.shape().iter().map(|d| d.to_string()));
+        words.push("BLOB".to_string());
+        // SAFETY: strings made with a NULL context are owned by us and freed below, after EmitAOF has
+        // copied them; the argument list matches the format "svb" (string, vector+count, buffer+len).
+        unsafe {
+            let create = raw::RedisModule_CreateString.expect("API initialised");
+            let free = raw::RedisModule_FreeString.expect("API initialised");
+            let mut argv: Vec<*mut raw::RedisModuleString> =
+                words.iter().map(|w| create(std::ptr::null_mut(), w.as_ptr() as *const c_char, w.len())).collect();
+            let cmd = CString::new("AI.TENSORSET").unwrap_or_default();
+            let fmt = CString::new("svb").unwrap_or_default();
+            let data = t.data();
+            raw::RedisModule_EmitAOF.expect("API initialised")(
+                aof,
+                cmd.as_ptr(),
+                fmt.as_ptr(),
+                key,
+                argv.as_mut_ptr(),
+                argv.len(),
+                data.as_ptr() as *const c_char,
+                data.len(),
+            );
+            for s in argv {
+                free(std::ptr::null_mut(), s);
+            }
+        }
+    })
+}
+
+extern "C" fn tensor_mem_usage(value: *const c_void) -> usize {
+    // SAFETY: see `tensor_ref`.
+    guard("AI_TENSOR mem_usage", 0, || unsafe { tensor_ref(value) }.mem_usage() + std::mem::size_of::<TensorValue>())
+}
+
+extern "C" fn tensor_free(value: *mut c_void) {
+    // SAFETY: see `tensor_ref`; Redis calls free exactly once per value, after which it is never used.
+    guard("AI_TENSOR free", (), || drop(unsafe { Box::from_raw(value as *mut TensorValue) }))
+}
+
+extern "C" fn tensor_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: see `tensor_ref`. Tensors are immutable once stored, so the copy can share the data.
+    guard("AI_TENSOR copy", std::ptr::null_mut(), || {
+        Box::into_raw(Box::new(unsafe { Arc::clone(&*(value as *const TensorValue)) })) as *mut c_void
+    })
+}

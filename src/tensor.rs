@@ -1,0 +1,412 @@
+//! Tensors: ten data types, a shape, row-major little-endian bytes. STRING tensors keep their elements
+//! NUL-terminated back to back (RedisAI's layout, also what BLOB and the RDB carry) plus each element's offset.
+
+use crate::error::{Error, Result, MAX_TENSOR_BYTES};
+
+/// Most dimensions a tensor may have; bounds the shape vector an RDB payload can make us allocate.
+pub const MAX_DIMS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Float,
+    Double,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Uint8,
+    Uint16,
+    Bool,
+    String,
+}
+
+/// DLPack type codes, as RedisAI stores them in the RDB.
+const DL_INT: u64 = 0;
+const DL_UINT: u64 = 1;
+const DL_FLOAT: u64 = 2;
+const DL_BOOL: u64 = 6;
+const DL_STRING: u64 = 7;
+
+impl DataType {
+    pub const ALL: [DataType; 10] = [
+        DataType::Float,
+        DataType::Double,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Bool,
+        DataType::String,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Float => "FLOAT",
+            DataType::Double => "DOUBLE",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
+            DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Bool => "BOOL",
+            DataType::String => "STRING",
+        }
+    }
+
+    /// Case-insensitive, as RedisAI's `strcasecmp`.
+    pub fn parse(name: &[u8]) -> Result<DataType> {
+        DataType::ALL.into_iter().find(|t| t.name().as_bytes().eq_ignore_ascii_case(name)).ok_or(Error::InvalidDataType)
+    }
+
+    /// Bytes per element; STRING elements have no fixed size (1 counts their NUL terminator).
+    pub fn elem_size(self) -> usize {
+        match self {
+            DataType::Int8 | DataType::Uint8 | DataType::Bool | DataType::String => 1,
+            DataType::Int16 | DataType::Uint16 => 2,
+            DataType::Float | DataType::Int32 => 4,
+            DataType::Double | DataType::Int64 => 8,
+        }
+    }
+
+    /// (DLPack code, bits) as written to the RDB.
+    pub fn dlpack(self) -> (u64, u64) {
+        let code = match self {
+            DataType::Float | DataType::Double => DL_FLOAT,
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => DL_INT,
+            DataType::Uint8 | DataType::Uint16 => DL_UINT,
+            DataType::Bool => DL_BOOL,
+            DataType::String => DL_STRING,
+        };
+        (code, 8 * self.elem_size() as u64)
+    }
+
+    pub fn from_dlpack(code: u64, bits: u64) -> Option<DataType> {
+        DataType::ALL.into_iter().find(|t| t.dlpack() == (code, bits))
+    }
+
+    fn is_signed_int(self) -> bool {
+        matches!(self, DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64)
+    }
+}
+
+/// Number of elements of `shape`, refusing products that overflow or whose payload would pass the size limit.
+pub fn element_count(dtype: DataType, shape: &[i64]) -> Result<usize> {
+    let mut count: u64 = 1;
+    for &d in shape {
+        if d <= 0 {
+            return Err(Error::InvalidShape);
+        }
+        count = count.checked_mul(d as u64).ok_or(Error::TensorTooLarge)?;
+    }
+    match count.checked_mul(dtype.elem_size() as u64) {
+        Some(bytes) if bytes <= MAX_TENSOR_BYTES => Ok(count as usize),
+        _ => Err(Error::TensorTooLarge),
+    }
+}
+
+/// One element as a client sees it in a VALUES reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
+    Int(i64),
+    Double(f64),
+    Str(&'a [u8]),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    dtype: DataType,
+    shape: Vec<i64>,
+    data: Vec<u8>,
+    /// STRING only: where each element starts in `data`.
+    offsets: Vec<u64>,
+}
+
+impl Tensor {
+    /// A tensor of zeros (STRING: empty strings).
+    pub fn zeros(dtype: DataType, shape: Vec<i64>) -> Result<Tensor> {
+        let n = element_count(dtype, &shape)?;
+        let offsets = if dtype == DataType::String { (0..n as u64).collect() } else { Vec::new() };
+        Ok(Tensor { dtype, shape, data: vec![0; n * dtype.elem_size()], offsets })
+    }
+
+    /// From raw bytes as sent after BLOB (or stored in the RDB).
+    pub fn from_blob(dtype: DataType, shape: Vec<i64>, blob: &[u8]) -> Result<Tensor> {
+        let n = element_count(dtype, &shape)?;
+        match dtype {
+            DataType::String => {
+                let offsets = string_offsets(blob, n)?;
+                Ok(Tensor { dtype, shape, data: blob.to_vec(), offsets })
+            }
+            _ => {
+                if blob.len() != n * dtype.elem_size() {
+                    return Err(Error::DataLength);
+                }
+                if dtype == DataType::Bool && blob.iter().any(|&b| b > 1) {
+                    return Err(Error::BoolValue);
+                }
+                Ok(Tensor { dtype, shape, data: blob.to_vec(), offsets: Vec::new() })
+            }
+        }
+    }
+
+    /// From the arguments after VALUES.
+    pub fn from_values(dtype: DataType, shape: Vec<i64>, values: &[&[u8]]) -> Result<Tensor> {
+        let n = element_count(dtype, &shape)?;
+        if values.len() != n {
+            return Err(Error::ValuesCount);
+        }
+        let mut data = Vec::with_capacity(n * dtype.elem_size());
+        let mut offsets = Vec::new();
+        for v in values {
+            match dtype {
+                DataType::Float => data.extend_from_slice(&(parse_double(v)? as f32).to_le_bytes()),
+                DataType::Double => data.extend_from_slice(&parse_double(v)?.to_le_bytes()),
+                DataType::String => {
+                    let s = v.strip_suffix(b"\0").unwrap_or(v);
+                    if s.contains(&0) {
+                        return Err(Error::NulInString);
+                    }
+                    std::str::from_utf8(s).map_err(|_| Error::StringUtf8)?;
+                    offsets.push(data.len() as u64);
+                    data.extend_from_slice(s);
+                    data.push(0);
+                }
+                _ => {
+                    let x = parse_int_in_range(dtype, v)?;
+                    data.extend_from_slice(&x.to_le_bytes()[..dtype.elem_size()]);
+                }
+            }
+        }
+        Ok(Tensor { dtype, shape, data, offsets })
+    }
+
+    /// From a decoded RDB payload: the same checks as a client's BLOB, plus the stored offsets must agree.
+    pub fn from_stored(dtype: DataType, shape: Vec<i64>, data: Vec<u8>, offsets: Option<Vec<u64>>) -> Result<Tensor> {
+        let t = Tensor::from_blob(dtype, shape, &data)?;
+        match offsets {
+            Some(o) if o != t.offsets => Err(Error::StringElements),
+            _ => Ok(t),
+        }
+    }
+
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+    /// The BLOB form: raw elements, or NUL-terminated strings back to back.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+    pub fn offsets(&self) -> &[u64] {
+        &self.offsets
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product::<i64>() as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Heap bytes held, for MEMORY USAGE.
+    pub fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Tensor>()
+            + self.data.capacity()
+            + self.shape.capacity() * std::mem::size_of::<i64>()
+            + self.offsets.capacity() * std::mem::size_of::<u64>()
+    }
+
+    /// Element `i` of a STRING tensor, without its NUL.
+    pub fn string_at(&self, i: usize) -> &[u8] {
+        let start = self.offsets[i] as usize;
+        let end = self.offsets.get(i + 1).map_or(self.data.len(), |&o| o as usize) - 1;
+        &self.data[start..end]
+    }
+
+    /// Every element, as the VALUES reply gives it.
+    pub fn values(&self) -> Vec<Value<'_>> {
+        let d = &self.data;
+        let n = self.len();
+        match self.dtype {
+            DataType::String => (0..n).map(|i| Value::Str(self.string_at(i))).collect(),
+            DataType::Float => d.chunks_exact(4).map(|c| Value::Double(f32::from_le_bytes(arr(c)) as f64)).collect(),
+            DataType::Double => d.chunks_exact(8).map(|c| Value::Double(f64::from_le_bytes(arr(c)))).collect(),
+            DataType::Int8 => d.iter().map(|&b| Value::Int(b as i8 as i64)).collect(),
+            DataType::Uint8 | DataType::Bool => d.iter().map(|&b| Value::Int(b as i64)).collect(),
+            DataType::Int16 => d.chunks_exact(2).map(|c| Value::Int(i16::from_le_bytes(arr(c)) as i64)).collect(),
+            DataType::Uint16 => d.chunks_exact(2).map(|c| Value::Int(u16::from_le_bytes(arr(c)) as i64)).collect(),
+            DataType::Int32 => d.chunks_exact(4).map(|c| Value::Int(i32::from_le_bytes(arr(c)) as i64)).collect(),
+            DataType::Int64 => d.chunks_exact(8).map(|c| Value::Int(i64::from_le_bytes(arr(c)))).collect(),
+        }
+    }
+}
+
+fn arr<const N: usize>(c: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(c);
+    a
+}
+
+/// Offsets of the `n` NUL-terminated UTF-8 elements that must make up `blob` exactly.
+fn string_offsets(blob: &[u8], n: usize) -> Result<Vec<u64>> {
+    if blob.last().is_some_and(|&b| b != 0) || blob.iter().filter(|&&b| b == 0).count() != n {
+        return Err(Error::StringElements);
+    }
+    let mut offsets = Vec::with_capacity(n);
+    let mut start = 0;
+    for elem in blob.split_inclusive(|&b| b == 0) {
+        std::str::from_utf8(&elem[..elem.len() - 1]).map_err(|_| Error::StringUtf8)?;
+        offsets.push(start as u64);
+        start += elem.len();
+    }
+    Ok(offsets)
+}
+
+/// Redis's `string2ll`: optional '-', no '+', no spaces, no leading zeros, fits in i64.
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, s),
+    };
+    if s == b"0" {
+        return Some(0);
+    }
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mag: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    if neg {
+        0i64.checked_sub_unsigned(mag)
+    } else {
+        i64::try_from(mag).ok()
+    }
+}
+
+/// Redis's `getDoubleFromObject`: no spaces, no trailing garbage, no NaN, no overflow to infinity.
+pub fn parse_double(s: &[u8]) -> Result<f64> {
+    let text = std::str::from_utf8(s).map_err(|_| Error::InvalidValue)?;
+    let v: f64 = text.parse().map_err(|_| Error::InvalidValue)?;
+    let literal_inf = text.trim_start_matches(['+', '-']).to_ascii_lowercase().starts_with("inf");
+    if v.is_nan() || (v.is_infinite() && !literal_inf) {
+        return Err(Error::InvalidValue);
+    }
+    Ok(v)
+}
+
+/// An integer element, range-checked for its type. Negative values are accepted for signed types
+/// (RedisAI rejected them all by a bug in its range check).
+fn parse_int_in_range(dtype: DataType, s: &[u8]) -> Result<i64> {
+    let v = parse_i64(s).ok_or(Error::InvalidValue)?;
+    let bits = 8 * dtype.elem_size() as u32;
+    let ok = match dtype {
+        DataType::Bool => v == 0 || v == 1,
+        _ if dtype.is_signed_int() => bits == 64 || (v >= -(1i64 << (bits - 1)) && v < (1i64 << (bits - 1))),
+        _ => v >= 0 && v < (1i64 << bits),
+    };
+    if ok {
+        Ok(v)
+    } else {
+        Err(Error::InvalidValue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vals(v: &[&str]) -> Vec<Vec<u8>> {
+        v.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+    fn from_values(dtype: DataType, shape: Vec<i64>, v: &[&str]) -> Result<Tensor> {
+        let owned = vals(v);
+        let refs: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
+        Tensor::from_values(dtype, shape, &refs)
+    }
+
+    #[test]
+    fn dtype_names_and_dlpack_round_trip() {
+        for t in DataType::ALL {
+            assert_eq!(DataType::parse(t.name().to_lowercase().as_bytes()), Ok(t));
+            let (c, b) = t.dlpack();
+            assert_eq!(DataType::from_dlpack(c, b), Some(t));
+        }
+        assert_eq!(DataType::parse(b"UINT32"), Err(Error::InvalidDataType));
+        assert_eq!(DataType::Bool.dlpack(), (6, 8));
+        assert_eq!(DataType::String.dlpack(), (7, 8));
+    }
+
+    #[test]
+    fn string2ll_semantics() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [&b"9223372036854775808"[..], b"01", b"-0", b"+1", b" 1", b"1.0", b"", b"-", b"1e3"] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn doubles() {
+        assert_eq!(parse_double(b"1.5"), Ok(1.5));
+        assert_eq!(parse_double(b"-inf"), Ok(f64::NEG_INFINITY));
+        for bad in [&b"nan"[..], b"1e999", b"abc", b" 1", b"1 ", b""] {
+            assert_eq!(parse_double(bad), Err(Error::InvalidValue), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn values_all_types_with_ranges() {
+        let t = from_values(DataType::Int8, vec![2], &["-128", "127"]).unwrap();
+        assert_eq!(t.values(), vec![Value::Int(-128), Value::Int(127)]);
+        assert_eq!(from_values(DataType::Int8, vec![1], &["128"]), Err(Error::InvalidValue));
+        assert_eq!(from_values(DataType::Int8, vec![1], &["-129"]), Err(Error::InvalidValue));
+        assert_eq!(from_values(DataType::Uint8, vec![1], &["-1"]), Err(Error::InvalidValue));
+        assert_eq!(from_values(DataType::Uint16, vec![1], &["65535"]).unwrap().values(), vec![Value::Int(65535)]);
+        assert_eq!(from_values(DataType::Int64, vec![1], &["-5"]).unwrap().data(), &(-5i64).to_le_bytes());
+        assert_eq!(from_values(DataType::Bool, vec![1], &["2"]), Err(Error::InvalidValue));
+        assert_eq!(from_values(DataType::Int32, vec![1], &["1.87"]), Err(Error::InvalidValue));
+        let f = from_values(DataType::Float, vec![2], &["1.5", "-2"]).unwrap();
+        assert_eq!(f.values(), vec![Value::Double(1.5), Value::Double(-2.0)]);
+        assert_eq!(from_values(DataType::Float, vec![3], &["1", "2"]), Err(Error::ValuesCount));
+    }
+
+    #[test]
+    fn strings() {
+        let t = from_values(DataType::String, vec![3], &["a", "", "bc\0"]).unwrap();
+        assert_eq!(t.data(), b"a\0\0bc\0");
+        assert_eq!(t.offsets(), &[0, 2, 3]);
+        assert_eq!(t.values(), vec![Value::Str(b"a"), Value::Str(b""), Value::Str(b"bc")]);
+        assert_eq!(Tensor::from_blob(DataType::String, vec![3], b"a\0\0bc\0").unwrap(), t);
+        assert_eq!(from_values(DataType::String, vec![1], &["a\0b"]), Err(Error::NulInString));
+        assert_eq!(Tensor::from_blob(DataType::String, vec![2], b"a\0b"), Err(Error::StringElements));
+        assert_eq!(Tensor::from_blob(DataType::String, vec![1], b"a\0b\0"), Err(Error::StringElements));
+        assert_eq!(Tensor::from_blob(DataType::String, vec![1], b"\xff\0"), Err(Error::StringUtf8));
+        let owned = [b"\xc3".to_vec()];
+        let refs: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
+        assert_eq!(Tensor::from_values(DataType::String, vec![1], &refs), Err(Error::StringUtf8));
+        let z = Tensor::zeros(DataType::String, vec![2]).unwrap();
+        assert_eq!(z.values(), vec![Value::Str(b""), Value::Str(b"")]);
+    }
+
+    #[test]
+    fn blobs_and_limits() {
+        assert_eq!(Tensor::from_blob(DataType::Float, vec![2], &[0; 7]), Err(Error::DataLength));
+        assert_eq!(Tensor::from_blob(DataType::Bool, vec![2], &[0, 2]), Err(Error::BoolValue));
+        assert_eq!(Tensor::zeros(DataType::Float, vec![0]), Err(Error::InvalidShape));
+        assert_eq!(Tensor::zeros(DataType::Float, vec![100_000_000; 3]), Err(Error::TensorTooLarge));
+        assert_eq!(Tensor::zeros(DataType::Int8, vec![1 << 32, 1 << 32]), Err(Error::TensorTooLarge));
+        assert_eq!(element_count(DataType::Int8, &[1 << 32]), Ok(1 << 32));
+        assert_eq!(element_count(DataType::Int16, &[1 << 32]), Err(Error::TensorTooLarge));
+        let scalar = Tensor::zeros(DataType::Double, vec![]).unwrap();
+        assert_eq!(scalar.len(), 1);
+        assert_eq!(scalar.data().len(), 8);
+    }
+}
