@@ -42,6 +42,16 @@ pub enum Error {
     UnsupportedFormat,
     #[error("both BLOB and VALUES specified")]
     BothBlobAndValues,
+    #[error("Invalid DEVICE")]
+    InvalidDevice,
+    #[error("unsupported backend")]
+    UnsupportedBackend,
+    #[error("model key is empty")]
+    ModelKeyEmpty,
+    #[error("Cannot run RedisAI command within a transaction or a LUA script")]
+    InTransaction,
+    #[error("cannot find run info for key")]
+    NoRunInfo,
     /// A persisted payload that cannot be decoded (corrupt file, wrong layout, forward version).
     #[error("corrupt {what} payload: {why}")]
     Rdb { what: &'static str, why: String },

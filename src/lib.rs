@@ -1,10 +1,16 @@
 //! redisai-rs: a Redis module that stores tensors, models and scripts and runs inference next to the
 //! data, compatible with RedisAI 1.2.7. `redis/` is the only FFI layer; the rest is plain Rust.
 
+pub mod backends;
 pub mod commands;
 pub mod config;
+pub mod device;
 pub mod error;
+pub mod exec;
+pub mod log;
+pub mod model;
 pub mod rdb;
 mod redis;
 pub mod reply;
+pub mod stats;
 pub mod tensor;

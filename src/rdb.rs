@@ -1,7 +1,9 @@
 //! RDB payloads of the module's data types, in RedisAI's layouts (encoding version 4; 0–3 for loading).
 //! Pure Rust over two small traits, so the Redis side only supplies the primitive reads and writes.
 
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::model::{BackendKind, BatchOpts, ModelSpec};
 use crate::tensor::{DataType, Tensor, MAX_DIMS};
 
 /// The encoding version written today (RedisAI 1.2.5+).
@@ -89,6 +91,95 @@ pub fn load_tensor(r: &mut impl RdbRead, encver: i32) -> Result<Tensor> {
         }
         v => Err(bad(format!("encoding version {v} is newer than this module supports ({ENCVER})"))),
     }
+}
+
+/// A C string as RedisAI saved names and devices: the bytes up to a trailing NUL.
+fn c_string(b: Vec<u8>) -> Result<String> {
+    let s = b.strip_suffix(b"\0").unwrap_or(&b);
+    String::from_utf8(s.to_vec()).map_err(|_| Error::rdb("model", "name is not UTF-8"))
+}
+
+fn with_nul(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+fn read_names(r: &mut impl RdbRead) -> Result<Vec<String>> {
+    let n = r.read_unsigned()?;
+    // No preallocation: a corrupt count fails at the end of the payload instead of allocating.
+    let mut names = Vec::new();
+    for _ in 0..n {
+        names.push(c_string(r.read_buffer()?)?);
+    }
+    Ok(names)
+}
+
+/// Model payload: RedisAI's v4 layout with the blob in chunks of at most `chunk` bytes.
+pub fn save_model(m: &ModelSpec, chunk: usize, w: &mut impl RdbWrite) {
+    w.write_unsigned(m.backend.code());
+    w.write_buffer(&with_nul(&m.device.name));
+    w.write_buffer(&m.tag);
+    w.write_unsigned(m.batch.size);
+    w.write_unsigned(m.batch.min_size);
+    w.write_unsigned(m.batch.min_timeout_ms);
+    for names in [&m.inputs, &m.outputs] {
+        w.write_unsigned(names.len() as u64);
+        for n in names {
+            w.write_buffer(&with_nul(n));
+        }
+    }
+    let chunk = chunk.max(1);
+    let n_chunks = m.blob.len() / chunk + 1;
+    w.write_unsigned(m.blob.len() as u64);
+    w.write_unsigned(n_chunks as u64);
+    for i in 0..n_chunks {
+        w.write_buffer(&m.blob[(i * chunk).min(m.blob.len())..((i + 1) * chunk).min(m.blob.len())]);
+    }
+}
+
+pub fn load_model(r: &mut impl RdbRead, encver: i32) -> Result<ModelSpec> {
+    let bad = |why: String| Error::rdb("model", why);
+    if !(0..=ENCVER).contains(&encver) {
+        return Err(bad(format!("encoding version {encver} is newer than this module supports ({ENCVER})")));
+    }
+    let code = r.read_unsigned()?;
+    let backend = BackendKind::from_code(code).ok_or_else(|| bad(format!("backend {code}")))?;
+    let device_name = c_string(r.read_buffer()?)?;
+    let device = Device::parse(device_name.as_bytes()).map_err(|_| bad(format!("device {device_name}")))?;
+    let tag = r.read_buffer()?;
+    let tag = if encver == 0 { tag.strip_suffix(b"\0").unwrap_or(&tag).to_vec() } else { tag };
+    let size = r.read_unsigned()?;
+    let min_size = r.read_unsigned()?;
+    let min_timeout_ms = if encver >= 2 { r.read_unsigned()? } else { 0 };
+    let inputs = read_names(r)?;
+    let outputs = read_names(r)?;
+    let blob = if encver == 0 {
+        r.read_buffer()?
+    } else {
+        let total = r.read_unsigned()?;
+        let n_chunks = r.read_unsigned()?;
+        let mut blob = Vec::new();
+        for _ in 0..n_chunks {
+            blob.extend_from_slice(&r.read_buffer()?);
+            if blob.len() as u64 > total {
+                return Err(bad("chunks longer than the declared length".into()));
+            }
+        }
+        if blob.len() as u64 != total {
+            return Err(bad(format!("blob of {} bytes, {total} declared", blob.len())));
+        }
+        blob
+    };
+    Ok(ModelSpec {
+        backend,
+        device,
+        tag,
+        batch: BatchOpts { size, min_size, min_timeout_ms },
+        inputs,
+        outputs,
+        blob: blob.into(),
+    })
 }
 
 /// An in-memory stream of RDB primitives, for tests and fuzzing.
@@ -239,11 +330,72 @@ mod tests {
     }
 
     #[test]
+    fn models_round_trip_in_chunks() {
+        let spec = ModelSpec {
+            backend: BackendKind::Onnx,
+            device: Device::parse(b"CPU:1").unwrap(),
+            tag: b"v1".to_vec(),
+            batch: BatchOpts { size: 4, min_size: 2, min_timeout_ms: 10 },
+            inputs: vec!["a".into(), "b".into()],
+            outputs: vec!["c".into()],
+            blob: b"0123456789".to_vec().into(),
+        };
+        for chunk in [1, 3, 5, 10, 1000] {
+            let mut w = MemRdb::default();
+            save_model(&spec, chunk, &mut w);
+            let n = w.items.iter().filter(|i| matches!(i, Buffer(_))).count() - 5; // device, tag, 3 names
+            assert_eq!(n, 10 / chunk + 1);
+            assert_eq!(load_model(&mut MemRdb::new(w.items), ENCVER).unwrap(), spec);
+        }
+        // v1: no MINBATCHTIMEOUT; v0: NUL-terminated tag and one blob buffer.
+        let v1 = vec![
+            Unsigned(3),
+            Buffer(b"CPU\0".to_vec()),
+            Buffer(b"t".to_vec()),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(1),
+            Buffer(b"x\0".to_vec()),
+            Unsigned(1),
+            Buffer(b"y\0".to_vec()),
+            Unsigned(2),
+            Unsigned(1),
+            Buffer(b"ab".to_vec()),
+        ];
+        let m = load_model(&mut MemRdb::new(v1), 1).unwrap();
+        assert_eq!((&*m.blob, m.tag.as_slice(), m.batch.min_timeout_ms), (&b"ab"[..], &b"t"[..], 0));
+        let v0 = vec![
+            Unsigned(3),
+            Buffer(b"CPU\0".to_vec()),
+            Buffer(b"t\0".to_vec()),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(0),
+            Buffer(b"ab".to_vec()),
+        ];
+        assert_eq!(load_model(&mut MemRdb::new(v0), 0).unwrap().tag, b"t");
+        let lying = vec![
+            Unsigned(3),
+            Buffer(b"CPU\0".to_vec()),
+            Buffer(vec![]),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(0),
+            Unsigned(u64::MAX),
+            Unsigned(u64::MAX),
+            Buffer(b"ab".to_vec()),
+        ];
+        assert!(load_model(&mut MemRdb::new(lying), 4).is_err());
+    }
+
+    #[test]
     fn rejects_corrupt_payloads() {
         let cases = vec![
             vec![Unsigned(9), Unsigned(32)],                    // unknown dtype
             vec![Unsigned(2), Unsigned(32), Unsigned(1 << 40)], // absurd ndim
-            vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(0), Buffer(vec![])], // zero dim
             vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(2), Buffer(vec![0; 7])], // short data
             vec![Unsigned(7), Unsigned(8), Unsigned(1), Unsigned(1), Buffer(b"a\0".to_vec()), Unsigned(1)], // bad offset
             vec![Unsigned(2), Unsigned(32), Unsigned(1), Unsigned(1)],                                      // truncated

@@ -93,10 +93,11 @@ impl DataType {
 }
 
 /// Number of elements of `shape`, refusing products that overflow or whose payload would pass the size limit.
+/// Zero dimensions are allowed here (a backend may return an empty tensor); AI.TENSORSET refuses them itself.
 pub fn element_count(dtype: DataType, shape: &[i64]) -> Result<usize> {
     let mut count: u64 = 1;
     for &d in shape {
-        if d <= 0 {
+        if d < 0 {
             return Err(Error::InvalidShape);
         }
         count = count.checked_mul(d as u64).ok_or(Error::TensorTooLarge)?;
@@ -207,6 +208,10 @@ impl Tensor {
     }
     pub fn len(&self) -> usize {
         self.shape.iter().product::<i64>() as usize
+    }
+    /// Size of dimension 0 (1 for a scalar): the batch size RedisAI counts in its stats.
+    pub fn dim0(&self) -> i64 {
+        self.shape.first().copied().unwrap_or(1)
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -400,7 +405,8 @@ mod tests {
     fn blobs_and_limits() {
         assert_eq!(Tensor::from_blob(DataType::Float, vec![2], &[0; 7]), Err(Error::DataLength));
         assert_eq!(Tensor::from_blob(DataType::Bool, vec![2], &[0, 2]), Err(Error::BoolValue));
-        assert_eq!(Tensor::zeros(DataType::Float, vec![0]), Err(Error::InvalidShape));
+        assert_eq!(Tensor::zeros(DataType::Float, vec![-1]), Err(Error::InvalidShape));
+        assert!(Tensor::zeros(DataType::Float, vec![0, 3]).unwrap().is_empty());
         assert_eq!(Tensor::zeros(DataType::Float, vec![100_000_000; 3]), Err(Error::TensorTooLarge));
         assert_eq!(Tensor::zeros(DataType::Int8, vec![1 << 32, 1 << 32]), Err(Error::TensorTooLarge));
         assert_eq!(element_count(DataType::Int8, &[1 << 32]), Ok(1 << 32));

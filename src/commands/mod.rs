@@ -1,5 +1,7 @@
 //! Pure parsers: argv (the command name first, as Redis passes it) to typed requests.
 
+pub mod config;
+pub mod model;
 pub mod tensor;
 
 /// Case-insensitive keyword match, like RedisAI's `strcasecmp`.

@@ -62,6 +62,15 @@ pub fn parse_tensorget_format(words: &[&[u8]]) -> Result<GetFormat> {
     Ok(f)
 }
 
+/// The words between the key and the data of `AI.TENSORSET <key> <TYPE> <dims>... BLOB <data>`, the form
+/// used for AOF rewrites and for replicating computed tensors.
+pub fn tensorset_words(t: &Tensor) -> Vec<String> {
+    let mut words = vec![t.dtype().name().to_string()];
+    words.extend(t.shape().iter().map(|d| d.to_string()));
+    words.push("BLOB".to_string());
+    words
+}
+
 /// Arity of AI.TENSORGET, checked before the key is looked up.
 pub fn check_tensorget_arity(argv: &[&[u8]]) -> Result<()> {
     if (2..=4).contains(&argv.len()) {

@@ -37,6 +37,14 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_field_long_long(ctx, "backend_memory_limit", c.backend_memory_limit_mb as i64);
 
         raw::add_info_section(ctx, Some("backends_info"));
+        let versions = crate::backends::loaded_versions();
+        for (field, version) in &versions {
+            raw::add_info_field_str(ctx, field, version);
+        }
+        if versions.iter().any(|(f, _)| *f == "onnxruntime_version") {
+            let sessions = crate::exec::queues().worker_count() as i64;
+            raw::add_info_field_long_long(ctx, "onnxruntime_maximum_run_sessions_number", sessions);
+        }
 
         raw::add_info_section(ctx, Some("cpu"));
         let (sys, user) = cpu_time(libc::RUSAGE_SELF);

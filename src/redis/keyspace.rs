@@ -22,6 +22,19 @@ impl Key {
         Key { ctx, key }
     }
 
+    /// Opens a key given by name (not an argv string), e.g. an input or output of a run.
+    pub fn open_name(ctx: *mut raw::RedisModuleCtx, name: &[u8], write: bool) -> Key {
+        let s = super::strings::OwnedStrings::new(&[name]);
+        // OpenKey takes its own reference to the name, so ours can go when `s` drops.
+        Key::open(ctx, s.0[0], write)
+    }
+
+    /// Deletes the key (opened for writing).
+    pub fn delete(&self) {
+        // SAFETY: self.key is an open key of this context, opened for writing by the caller.
+        unsafe { raw::RedisModule_DeleteKey.expect("API initialised")(self.key) };
+    }
+
     fn key_type(&self) -> raw::KeyType {
         // SAFETY: self.key is an open, non-null key of the running command's context.
         unsafe { raw::RedisModule_KeyType.expect("API initialised")(self.key) }.into()

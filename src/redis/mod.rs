@@ -1,11 +1,14 @@
 //! The Redis FFI layer: the only code that talks to `redis_module`. Everything it calls into is pure Rust.
 
+pub mod blocking;
 pub mod handlers;
 pub mod info;
 pub mod io;
 pub mod keyspace;
+pub mod model_type;
 pub mod module;
 pub mod reply;
+pub mod strings;
 pub mod types;
 
 /// Inside Redis every Rust allocation goes through Redis's allocator, so `used_memory` and `maxmemory`

@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::raw;
 
 use super::handlers;
+use super::model_type::MODEL_TYPE;
 use super::types::TENSOR_TYPE;
 use super::{info, log_warning};
 use crate::config::{self, Config};
@@ -20,6 +21,15 @@ type CommandFn = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisMod
 const COMMANDS: &[(&str, CommandFn, &str, c_int, c_int, c_int)] = &[
     ("ai.tensorset", handlers::ai_tensorset, "write deny-oom", 1, 1, 1),
     ("ai.tensorget", handlers::ai_tensorget, "readonly", 1, 1, 1),
+    ("ai.modelstore", handlers::ai_modelstore, "write deny-oom", 1, 1, 1),
+    ("ai.modelset", handlers::ai_modelset, "write deny-oom", 1, 1, 1),
+    ("ai.modelget", handlers::ai_modelget, "readonly", 1, 1, 1),
+    ("ai.modeldel", handlers::ai_modeldel, "write", 1, 1, 1),
+    ("ai.modelexecute", handlers::ai_modelexecute, "write deny-oom getkeys-api", 4, 4, 1),
+    ("ai.modelrun", handlers::ai_modelrun, "write deny-oom getkeys-api", 3, 3, 1),
+    ("ai._modelscan", handlers::ai_modelscan, "readonly", 0, 0, 0),
+    ("ai.info", handlers::ai_info, "readonly", 1, 1, 1),
+    ("ai.config", handlers::ai_config, "write", 0, 0, 0),
 ];
 
 /// # Safety
@@ -47,6 +57,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 
 fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     std::panic::set_hook(Box::new(|p| log_warning(&format!("redisai: {p}"))));
+    crate::log::set_sink(log_warning);
     const ERR: c_int = raw::Status::Err as c_int;
 
     let args: Vec<Vec<u8>> = (0..argc.max(0) as usize)
@@ -75,7 +86,14 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         )
     };
 
-    if TENSOR_TYPE.create_data_type(ctx).is_err() {
+    {
+        let mut c = config::CONFIG.write();
+        if c.backends_path.is_none() {
+            c.backends_path = module_dir().map(|d| format!("{d}/backends"));
+        }
+    }
+
+    if TENSOR_TYPE.create_data_type(ctx).is_err() || MODEL_TYPE.create_data_type(ctx).is_err() {
         return ERR;
     }
 
@@ -101,4 +119,18 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     raw::register_info_function(ctx, Some(info::info_func));
     raw::Status::Ok as c_int
+}
+
+/// The directory holding this module's shared object (RedisAI's default BACKENDSPATH is `<it>/backends`).
+fn module_dir() -> Option<String> {
+    // SAFETY: dladdr only inspects the address of one of our own functions and fills `info`.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = RedisModule_OnLoad as *const std::ffi::c_void;
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the dynamic loader.
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let abs = std::fs::canonicalize(&path).ok()?;
+    abs.parent().map(|p| p.to_string_lossy().into_owned())
 }

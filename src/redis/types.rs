@@ -1,6 +1,5 @@
 //! The module's Redis data types and their callbacks (RDB, AOF rewrite, MEMORY USAGE, COPY, free).
 
-use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -10,6 +9,8 @@ use redis_module::raw;
 
 use super::io::Io;
 use super::log_warning;
+use super::strings::OwnedStrings;
+use crate::commands::tensor::tensorset_words;
 use crate::rdb::{load_tensor, save_tensor, ENCVER};
 use crate::tensor::Tensor;
 
@@ -43,7 +44,7 @@ pub static TENSOR_TYPE: RedisType = RedisType::new(
 );
 
 /// Runs a type callback, turning a panic into `fallback` and a log line: nothing may unwind into Redis.
-fn guard<R>(what: &str, fallback: R, f: impl FnOnce() -> R) -> R {
+pub(super) fn guard<R>(what: &str, fallback: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         log_warning(&format!("redisai: panic in {what}; the operation was abandoned"));
         fallback
@@ -76,32 +77,21 @@ extern "C" fn tensor_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::Re
     guard("AI_TENSOR aof_rewrite", (), || {
         // SAFETY: see `tensor_ref`.
         let t = unsafe { tensor_ref(value) };
-        let mut words: Vec<String> = vec![t.dtype().name().to_string()];
-        words.extend(t.shape().iter().map(|d| d.to_string()));
-        words.push("BLOB".to_string());
-        // SAFETY: strings made with a NULL context are owned by us and freed below, after EmitAOF has
-        // copied them; the argument list matches the format "svb" (string, vector+count, buffer+len).
+        let mut words = OwnedStrings::new(&tensorset_words(t));
+        let data = t.data();
+        // SAFETY: the arguments match the format "svb" (string, vector+count, buffer+len); EmitAOF
+        // copies them before `words` is freed.
         unsafe {
-            let create = raw::RedisModule_CreateString.expect("API initialised");
-            let free = raw::RedisModule_FreeString.expect("API initialised");
-            let mut argv: Vec<*mut raw::RedisModuleString> =
-                words.iter().map(|w| create(std::ptr::null_mut(), w.as_ptr() as *const c_char, w.len())).collect();
-            let cmd = CString::new("AI.TENSORSET").unwrap_or_default();
-            let fmt = CString::new("svb").unwrap_or_default();
-            let data = t.data();
             raw::RedisModule_EmitAOF.expect("API initialised")(
                 aof,
-                cmd.as_ptr(),
-                fmt.as_ptr(),
+                c"AI.TENSORSET".as_ptr(),
+                c"svb".as_ptr(),
                 key,
-                argv.as_mut_ptr(),
-                argv.len(),
+                words.0.as_mut_ptr(),
+                words.0.len(),
                 data.as_ptr() as *const c_char,
                 data.len(),
             );
-            for s in argv {
-                free(std::ptr::null_mut(), s);
-            }
         }
     })
 }

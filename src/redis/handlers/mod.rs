@@ -3,16 +3,17 @@
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::keyspace::Key;
 use super::reply::{error, send};
-use super::types::{TensorValue, TENSOR_TYPE};
-use crate::commands::tensor::{check_tensorget_arity, parse_tensorget_format, parse_tensorset, tensor_reply};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::reply::Reply;
+
+mod admin;
+mod model;
+mod persist;
+mod tensor;
 
 /// One invocation of a command: the context, the raw argv (for opening keys) and argv as bytes.
 pub struct Cmd<'a> {
@@ -30,12 +31,16 @@ impl Cmd<'_> {
     }
 }
 
+/// Key positions for the getkeys-api callback (cluster routing, COMMAND GETKEYS).
+pub type KeyPositions = fn(&[&[u8]]) -> Vec<usize>;
+
 /// The body shared by every registered command.
 pub fn run_command(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     handler: fn(&Cmd) -> Result<()>,
+    keys: Option<KeyPositions>,
 ) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
@@ -55,6 +60,16 @@ pub fn run_command(
             })
             .collect();
         let cmd = Cmd { ctx, raw: raw_args, args };
+        if let Some(keys) = keys {
+            // SAFETY: ctx is the live context of this call.
+            if unsafe { raw::RedisModule_IsKeysPositionRequest.expect("API initialised")(ctx) } != 0 {
+                for pos in keys(&cmd.args) {
+                    // SAFETY: as above; pos is within argv.
+                    unsafe { raw::RedisModule_KeyAtPos.expect("API initialised")(ctx, pos as c_int) };
+                }
+                return;
+            }
+        }
         if let Err(e) = handler(&cmd) {
             error(ctx, &e.reply_text());
         }
@@ -68,40 +83,32 @@ pub fn run_command(
 
 /// Declares the `extern "C"` entry point Redis calls for a command.
 macro_rules! entry_points {
-    ($($name:ident => $handler:path),* $(,)?) => {$(
+    ($($name:ident => $handler:path $(, keys $keys:path)?;)*) => {$(
         pub extern "C" fn $name(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            run_command(ctx, argv, argc, $handler)
+            #[allow(unused_mut, unused_assignments)]
+            let mut keys: Option<KeyPositions> = None;
+            $(keys = Some($keys);)?
+            run_command(ctx, argv, argc, $handler, keys)
         }
     )*};
 }
 
+use crate::commands::model::{modelexecute_key_positions, modelrun_key_positions};
+
 entry_points! {
-    ai_tensorset => tensorset,
-    ai_tensorget => tensorget,
-}
-
-fn tensorset(c: &Cmd) -> Result<()> {
-    if c.args.len() < 4 {
-        return Err(Error::WrongArity("AI.TENSORSET"));
-    }
-    let key = Key::open(c.ctx, c.raw[1], true);
-    key.check_type(&TENSOR_TYPE)?;
-    let tensor = parse_tensorset(&c.args)?;
-    key.set::<TensorValue>(&TENSOR_TYPE, Arc::new(tensor))?;
-    c.replicate_verbatim();
-    c.reply(&Reply::OK);
-    Ok(())
-}
-
-fn tensorget(c: &Cmd) -> Result<()> {
-    check_tensorget_arity(&c.args)?;
-    let key = Key::open(c.ctx, c.raw[1], false);
-    let tensor = key.get::<TensorValue>(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
-    let format = parse_tensorget_format(&c.args[2..])?;
-    c.reply(&tensor_reply(tensor, format));
-    Ok(())
+    ai_tensorset => tensor::tensorset;
+    ai_tensorget => tensor::tensorget;
+    ai_modelstore => model::modelstore;
+    ai_modelset => model::modelset;
+    ai_modelget => model::modelget;
+    ai_modeldel => model::modeldel;
+    ai_modelexecute => model::modelexecute, keys modelexecute_key_positions;
+    ai_modelrun => model::modelrun, keys modelrun_key_positions;
+    ai_modelscan => admin::modelscan;
+    ai_info => admin::info;
+    ai_config => admin::config;
 }

@@ -1,0 +1,61 @@
+//! The backend seam: a backend turns a serialized model into a `LoadedModel` that runs tensors.
+
+#[cfg(feature = "onnx")]
+pub mod onnx;
+
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::model::BackendKind;
+use crate::tensor::Tensor;
+
+pub struct LoadOptions {
+    pub device: Device,
+    /// 0 = the backend's default.
+    pub intra_op_threads: usize,
+    pub inter_op_threads: usize,
+    /// Names given at store time (TF needs them; other backends report their own).
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+}
+
+/// A model ready to run. `run` may be called from several worker threads at once.
+pub trait LoadedModel: Send + Sync {
+    fn inputs(&self) -> &[String];
+    fn outputs(&self) -> &[String];
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+}
+
+pub fn load_model(backend: BackendKind, blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+    match backend {
+        #[cfg(feature = "onnx")]
+        BackendKind::Onnx => onnx::load(blob, opts),
+        other => {
+            let _ = (blob, opts);
+            Err(Error::Generic(format!("Could not load backend {}: not built into this module", other.name())))
+        }
+    }
+}
+
+/// `(INFO field, version)` of every backend loaded so far, for INFO's ai_backends_info.
+pub fn loaded_versions() -> Vec<(&'static str, String)> {
+    let mut v = Vec::new();
+    #[cfg(feature = "onnx")]
+    if let Some(ver) = onnx::version() {
+        v.push(("onnxruntime_version", ver));
+    }
+    v
+}
+
+/// `AI.CONFIG LOADBACKEND <backend> <path>`.
+pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
+    match backend {
+        #[cfg(feature = "onnx")]
+        BackendKind::Onnx => onnx::load_library(path),
+        _ => {
+            let _ = path;
+            Err(Error::Generic("error loading backend".into()))
+        }
+    }
+}

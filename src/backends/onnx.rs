@@ -1,0 +1,268 @@
+//! ONNX Runtime through `ort` with `load-dynamic`: the library is opened at first use, so the module
+//! loads (and serves everything else) without it.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::Arc;
+
+use ort::environment::Environment;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, TensorElementType, ValueType};
+use parking_lot::Mutex;
+
+use super::{LoadOptions, LoadedModel};
+use crate::config::CONFIG;
+use crate::device::DeviceKind;
+use crate::error::{Error, Result};
+use crate::tensor::{DataType, Tensor};
+
+/// The library file the fetch script caches (`scripts/backends.manifest`).
+const LIB_NAME: &str = "libonnxruntime.so.1.31.1";
+
+struct Runtime {
+    env: Environment,
+    version: String,
+}
+
+static RUNTIME: Mutex<Option<Arc<Runtime>>> = Mutex::new(None);
+
+/// Where to look when no path was given: the build's backend cache (set by `make build`).
+fn default_path() -> Option<String> {
+    option_env!("REDISAI_ONNX_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}"))
+}
+
+/// A relative path is taken relative to BACKENDSPATH, as RedisAI does.
+fn resolve(path: &str) -> String {
+    match &CONFIG.read().backends_path {
+        Some(base) if !path.starts_with('/') => format!("{base}/{path}"),
+        _ => path.to_string(),
+    }
+}
+
+fn configured_path() -> Option<String> {
+    let given = CONFIG.read().backend_libs.iter().rev().find(|(b, _)| b == "ONNX").map(|(_, p)| p.clone());
+    given.map(|p| resolve(&p)).or_else(default_path)
+}
+
+fn open(path: &str) -> Result<Arc<Runtime>> {
+    let fail = |why: String| Error::Generic(format!("Could not load backend ONNX from {path}: {why}"));
+    let env = ort::init_from(path)
+        .map_err(|e| fail(e.to_string()))?
+        .with_name("redisai")
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    let version = library_version(path).unwrap_or_else(|| "unknown".into());
+    Ok(Arc::new(Runtime { env, version }))
+}
+
+fn runtime() -> Result<Arc<Runtime>> {
+    let mut rt = RUNTIME.lock();
+    if let Some(r) = rt.as_ref() {
+        return Ok(r.clone());
+    }
+    let path = configured_path().ok_or_else(|| {
+        Error::Generic("Could not load backend ONNX: no library path (load-time argument ONNX <path>)".into())
+    })?;
+    let r = open(&path)?;
+    *rt = Some(r.clone());
+    Ok(r)
+}
+
+/// `AI.CONFIG LOADBACKEND ONNX <path>`: fails if a library is already loaded (one per process).
+pub fn load_library(path: &str) -> Result<()> {
+    let mut rt = RUNTIME.lock();
+    if rt.is_some() {
+        return Err(Error::Generic("error loading backend".into()));
+    }
+    *rt = Some(open(&resolve(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
+    Ok(())
+}
+
+pub fn version() -> Option<String> {
+    RUNTIME.lock().as_ref().map(|r| r.version.clone())
+}
+
+/// Asks the already-opened library for its version (`OrtGetApiBase()->GetVersionString()`).
+fn library_version(path: &str) -> Option<String> {
+    #[repr(C)]
+    struct OrtApiBase {
+        get_api: unsafe extern "C" fn(u32) -> *const c_void,
+        get_version_string: unsafe extern "C" fn() -> *const c_char,
+    }
+    let cpath = CString::new(path).ok()?;
+    // SAFETY: RTLD_NOLOAD only returns a handle if ort already opened this file, so nothing new is loaded;
+    // OrtGetApiBase has this C signature and returns a pointer to a static struct whose
+    // GetVersionString returns a static NUL-terminated string.
+    unsafe {
+        let h = libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return None;
+        }
+        let sym = libc::dlsym(h, c"OrtGetApiBase".as_ptr());
+        let v = if sym.is_null() {
+            None
+        } else {
+            let get_base: unsafe extern "C" fn() -> *const OrtApiBase = std::mem::transmute(sym);
+            let base = get_base();
+            (!base.is_null()).then(|| CStr::from_ptr(((*base).get_version_string)()).to_string_lossy().into_owned())
+        };
+        libc::dlclose(h);
+        v
+    }
+}
+
+fn backend_err(e: impl std::fmt::Display) -> Error {
+    Error::Plain(e.to_string())
+}
+
+pub struct OnnxModel {
+    blob: Arc<[u8]>,
+    runtime: Arc<Runtime>,
+    intra: usize,
+    inter: usize,
+    gpu: Option<i32>,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    /// `Session::run` needs `&mut`: each concurrent run takes a session from here (or makes one).
+    pool: Mutex<Vec<Session>>,
+}
+
+pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+    let runtime = runtime()?;
+    let gpu = match opts.device.kind {
+        DeviceKind::Gpu => Some(opts.device.id.unwrap_or(0) as i32),
+        DeviceKind::Cpu => None,
+    };
+    let mut m = OnnxModel {
+        blob,
+        runtime,
+        intra: opts.intra_op_threads,
+        inter: opts.inter_op_threads,
+        gpu,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        pool: Mutex::new(Vec::new()),
+    };
+    let session = m.new_session()?;
+    m.inputs = session.inputs().iter().map(|o| o.name().to_string()).collect();
+    m.outputs = session.outputs().iter().map(|o| o.name().to_string()).collect();
+    m.pool.lock().push(session);
+    Ok(Box::new(m))
+}
+
+impl OnnxModel {
+    fn new_session(&self) -> Result<Session> {
+        let mut b = Session::builder(&self.runtime.env).map_err(backend_err)?;
+        if self.intra > 0 {
+            b = b.with_intra_threads(self.intra).map_err(backend_err)?;
+        }
+        if self.inter > 0 {
+            b = b.with_inter_threads(self.inter).map_err(backend_err)?;
+        }
+        if let Some(id) = self.gpu {
+            let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
+            b = b
+                .with_execution_providers([cuda])
+                .map_err(|_| Error::Generic("GPU requested but ONNX couldn't find CUDA".into()))?;
+        }
+        b.commit_from_memory(&self.blob).map_err(backend_err)
+    }
+}
+
+impl LoadedModel for OnnxModel {
+    fn inputs(&self) -> &[String] {
+        &self.inputs
+    }
+    fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::Generic(format!("Expected {} inputs but got {}", self.inputs.len(), inputs.len())));
+        }
+        let values: Vec<SessionInputValue> =
+            inputs.iter().map(|t| to_value(t).map(SessionInputValue::from)).collect::<Result<_>>()?;
+        let pooled = self.pool.lock().pop();
+        let mut session = match pooled {
+            Some(s) => s,
+            None => self.new_session()?,
+        };
+        let result = session
+            .run(values.as_slice())
+            .map_err(backend_err)
+            .and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>());
+        self.pool.lock().push(session);
+        result
+    }
+}
+
+fn to_value(t: &Tensor) -> Result<DynValue> {
+    use ort::value::Tensor as OrtTensor;
+    let shape = t.shape().to_vec();
+    let d = t.data();
+    macro_rules! prim {
+        ($ty:ty) => {{
+            let n = std::mem::size_of::<$ty>();
+            let v: Vec<$ty> =
+                d.chunks_exact(n).map(|c| <$ty>::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+            OrtTensor::from_array((shape, v)).map(|t| t.into_dyn())
+        }};
+    }
+    let v = match t.dtype() {
+        DataType::Float => prim!(f32),
+        DataType::Double => prim!(f64),
+        DataType::Int8 => prim!(i8),
+        DataType::Int16 => prim!(i16),
+        DataType::Int32 => prim!(i32),
+        DataType::Int64 => prim!(i64),
+        DataType::Uint8 => prim!(u8),
+        DataType::Uint16 => prim!(u16),
+        DataType::Bool => {
+            OrtTensor::from_array((shape, d.iter().map(|&b| b != 0).collect::<Vec<bool>>())).map(|t| t.into_dyn())
+        }
+        DataType::String => {
+            let strings: Vec<String> =
+                (0..t.len()).map(|i| String::from_utf8_lossy(t.string_at(i)).into_owned()).collect();
+            OrtTensor::from_string_array((shape, strings.as_slice())).map(|t| t.into_dyn())
+        }
+    };
+    v.map_err(backend_err)
+}
+
+fn from_value(v: &DynValue) -> Result<Tensor> {
+    let ValueType::Tensor { ty, .. } = v.dtype() else {
+        return Err(Error::Plain("ONNX model returned a non-tensor output".into()));
+    };
+    macro_rules! prim {
+        ($ty:ty, $dt:expr) => {{
+            let (shape, data) = v.try_extract_tensor::<$ty>().map_err(backend_err)?;
+            let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            Tensor::from_blob($dt, shape.to_vec(), &bytes)
+        }};
+    }
+    match ty {
+        TensorElementType::Float32 => prim!(f32, DataType::Float),
+        TensorElementType::Float64 => prim!(f64, DataType::Double),
+        TensorElementType::Int8 => prim!(i8, DataType::Int8),
+        TensorElementType::Int16 => prim!(i16, DataType::Int16),
+        TensorElementType::Int32 => prim!(i32, DataType::Int32),
+        TensorElementType::Int64 => prim!(i64, DataType::Int64),
+        TensorElementType::Uint8 => prim!(u8, DataType::Uint8),
+        TensorElementType::Uint16 => prim!(u16, DataType::Uint16),
+        TensorElementType::Bool => {
+            let (shape, data) = v.try_extract_tensor::<bool>().map_err(backend_err)?;
+            let bytes: Vec<u8> = data.iter().map(|&b| b as u8).collect();
+            Tensor::from_blob(DataType::Bool, shape.to_vec(), &bytes)
+        }
+        TensorElementType::String => {
+            let (shape, strings) = v.try_extract_strings().map_err(backend_err)?;
+            let mut bytes = Vec::new();
+            for s in &strings {
+                bytes.extend_from_slice(s.as_bytes());
+                bytes.push(0);
+            }
+            Tensor::from_blob(DataType::String, shape.to_vec(), &bytes)
+        }
+        other => Err(Error::Plain(format!("ONNX model returned a tensor of unsupported type {other:?}"))),
+    }
+}

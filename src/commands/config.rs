@@ -1,0 +1,96 @@
+//! AI.CONFIG (spec §1.16) and AI.INFO (§1.15) arguments and replies.
+
+use super::is_keyword;
+use crate::error::{Error, Result};
+use crate::model::BackendKind;
+use crate::reply::Reply;
+use crate::stats::{EntryKind, Stats};
+use crate::tensor::parse_i64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigCmd {
+    LoadBackend(BackendKind, String),
+    BackendsPath(String),
+    ModelChunkSize(usize),
+    Get(Vec<u8>),
+}
+
+fn err(msg: &str) -> Error {
+    Error::Generic(msg.to_string())
+}
+
+pub fn parse_config(argv: &[&[u8]]) -> Result<ConfigCmd> {
+    let arity = Error::WrongArity("AI.CONFIG");
+    let sub = argv.get(1).ok_or(arity.clone())?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if is_keyword(sub, "LOADBACKEND") {
+        if argv.len() < 4 {
+            return Err(arity);
+        }
+        Ok(ConfigCmd::LoadBackend(BackendKind::parse(argv[2])?, text(argv[3])))
+    } else if is_keyword(sub, "BACKENDSPATH") {
+        let p = argv.get(2).ok_or_else(|| err("BACKENDSPATH: missing path argument"))?;
+        Ok(ConfigCmd::BackendsPath(text(p)))
+    } else if is_keyword(sub, "MODEL_CHUNK_SIZE") {
+        let v = argv.get(2).ok_or_else(|| err("MODEL_CHUNK_SIZE: missing chunk size"))?;
+        let n = parse_i64(v).filter(|&n| n > 0).ok_or_else(|| err("MODEL_CHUNK_SIZE: invalid chunk size"))?;
+        Ok(ConfigCmd::ModelChunkSize(n as usize))
+    } else if is_keyword(sub, "GET") {
+        Ok(ConfigCmd::Get(argv.get(2).ok_or(arity)?.to_vec()))
+    } else {
+        Err(err("unsupported subcommand"))
+    }
+}
+
+/// The 18-element AI.INFO reply.
+pub fn info_reply(s: &Stats) -> Reply<'static> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let samples = match s.kind {
+        EntryKind::Model => s.samples.load(Relaxed),
+        EntryKind::Script => -1,
+    };
+    let bulk = |b: &[u8]| Reply::Bulk(b.to_vec().into());
+    Reply::Array(vec![
+        Reply::str("key"),
+        bulk(&s.key),
+        Reply::str("type"),
+        Reply::str(if s.kind == EntryKind::Model { "MODEL" } else { "SCRIPT" }),
+        Reply::str("backend"),
+        Reply::str(s.backend),
+        Reply::str("device"),
+        bulk(s.device.as_bytes()),
+        Reply::str("tag"),
+        bulk(&s.tag),
+        Reply::str("duration"),
+        Reply::Int(s.duration_us.load(Relaxed)),
+        Reply::str("samples"),
+        Reply::Int(samples),
+        Reply::str("calls"),
+        Reply::Int(s.calls.load(Relaxed)),
+        Reply::str("errors"),
+        Reply::Int(s.errors.load(Relaxed)),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<&[u8]> {
+        s.split(' ').map(str::as_bytes).collect()
+    }
+
+    #[test]
+    fn config_subcommands() {
+        let e = |s: &str| parse_config(&words(s)).unwrap_err().reply_text();
+        assert_eq!(e("AI.CONFIG"), "ERR wrong number of arguments for 'AI.CONFIG' command");
+        assert_eq!(e("AI.CONFIG LOADBACKEND ONNX"), "ERR wrong number of arguments for 'AI.CONFIG' command");
+        assert_eq!(e("AI.CONFIG LOADBACKEND XX p"), "ERR unsupported backend");
+        assert_eq!(e("AI.CONFIG BACKENDSPATH"), "ERR BACKENDSPATH: missing path argument");
+        assert_eq!(e("AI.CONFIG MODEL_CHUNK_SIZE"), "ERR MODEL_CHUNK_SIZE: missing chunk size");
+        assert_eq!(e("AI.CONFIG MODEL_CHUNK_SIZE -1"), "ERR MODEL_CHUNK_SIZE: invalid chunk size");
+        assert_eq!(e("AI.CONFIG GET"), "ERR wrong number of arguments for 'AI.CONFIG' command");
+        assert_eq!(e("AI.CONFIG FOO"), "ERR unsupported subcommand");
+        assert_eq!(parse_config(&words("AI.CONFIG model_chunk_size 10")), Ok(ConfigCmd::ModelChunkSize(10)));
+    }
+}

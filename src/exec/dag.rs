@@ -1,0 +1,71 @@
+//! A DAG plan: ops over single-assignment tensor slots, each op bound to a device queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::commands::tensor::GetFormat;
+use crate::model::Model;
+use crate::tensor::Tensor;
+
+/// Index of a tensor slot. Every slot is written at most once (by LOAD or by one op).
+pub type Slot = usize;
+
+pub enum OpKind {
+    TensorSet { output: Slot, tensor: Arc<Tensor> },
+    TensorGet { input: Slot, format: GetFormat },
+    Model { model: Arc<Model>, inputs: Vec<Slot>, outputs: Vec<Slot> },
+}
+
+pub struct Op {
+    pub kind: OpKind,
+    /// The queue the op runs on (upper-cased device string).
+    pub device: String,
+}
+
+impl Op {
+    pub fn inputs(&self) -> &[Slot] {
+        match &self.kind {
+            OpKind::TensorSet { .. } => &[],
+            OpKind::TensorGet { input, .. } => std::slice::from_ref(input),
+            OpKind::Model { inputs, .. } => inputs,
+        }
+    }
+    pub fn outputs(&self) -> &[Slot] {
+        match &self.kind {
+            OpKind::TensorSet { output, .. } => std::slice::from_ref(output),
+            OpKind::TensorGet { .. } => &[],
+            OpKind::Model { outputs, .. } => outputs,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Plan {
+    pub ops: Vec<Op>,
+    pub slots: usize,
+    /// Tensors present before any op runs (LOAD, and the inputs of MODELEXECUTE).
+    pub loaded: Vec<(Slot, Arc<Tensor>)>,
+    /// Keys written at reply time, with the slot holding each one's final value.
+    pub persist: Vec<(Vec<u8>, Slot)>,
+    /// Longest time the run may wait before an op starts (RedisAI's TIMEOUT).
+    pub timeout: Option<Duration>,
+}
+
+impl Plan {
+    pub fn new_slot(&mut self) -> Slot {
+        self.slots += 1;
+        self.slots - 1
+    }
+
+    /// The devices of the plan in order of first use, each with its ops in DAG order.
+    pub fn device_ops(&self) -> Vec<(String, Vec<usize>)> {
+        let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, op) in self.ops.iter().enumerate() {
+            match out.iter_mut().find(|(d, _)| *d == op.device) {
+                Some((_, ops)) => ops.push(i),
+                None => out.push((op.device.clone(), vec![i])),
+            }
+        }
+        out
+    }
+}

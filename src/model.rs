@@ -1,0 +1,134 @@
+//! Models: what a store (or an RDB load) declared, plus the backend's loaded handle and the run stats.
+
+use std::sync::Arc;
+
+use crate::backends::{self, LoadOptions, LoadedModel};
+use crate::config::CONFIG;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stats::{self, EntryKind, Stats};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Tf,
+    TfLite,
+    Torch,
+    Onnx,
+}
+
+impl BackendKind {
+    const ALL: [BackendKind; 4] = [BackendKind::Tf, BackendKind::TfLite, BackendKind::Torch, BackendKind::Onnx];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Tf => "TF",
+            BackendKind::TfLite => "TFLITE",
+            BackendKind::Torch => "TORCH",
+            BackendKind::Onnx => "ONNX",
+        }
+    }
+    pub fn parse(s: &[u8]) -> Result<BackendKind> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|b| b.name().as_bytes().eq_ignore_ascii_case(s))
+            .ok_or(Error::UnsupportedBackend)
+    }
+    /// The number RedisAI writes to the RDB.
+    pub fn code(self) -> u64 {
+        self as u64
+    }
+    pub fn from_code(c: u64) -> Option<BackendKind> {
+        BackendKind::ALL.get(c as usize).copied()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchOpts {
+    pub size: u64,
+    pub min_size: u64,
+    pub min_timeout_ms: u64,
+}
+
+/// Everything a model is declared with; what the RDB, AOF and MODELGET carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub backend: BackendKind,
+    pub device: Device,
+    pub tag: Vec<u8>,
+    pub batch: BatchOpts,
+    /// Input/output names given at store time (TF) or remembered from the backend (RDB).
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub blob: Arc<[u8]>,
+}
+
+pub struct Model {
+    pub spec: ModelSpec,
+    /// The backend's model; an error when it could not be built at RDB load (the data is kept, runs fail).
+    pub handle: std::result::Result<Box<dyn LoadedModel>, Error>,
+    pub stats: Arc<Stats>,
+}
+
+impl Model {
+    /// Builds the backend model (slow: call it off the main thread). Its stats are published by whoever
+    /// puts it in the keyspace.
+    pub fn build(key: &[u8], mut spec: ModelSpec) -> Result<Model> {
+        let handle = load_handle(&spec)?;
+        spec.inputs = handle.inputs().to_vec();
+        spec.outputs = handle.outputs().to_vec();
+        Ok(Model::with_handle(key, spec, Ok(handle)))
+    }
+
+    /// For RDB loads: a model whose backend cannot be built is still kept, so no data is lost.
+    pub fn restore(key: &[u8], spec: ModelSpec) -> Model {
+        let handle = load_handle(&spec);
+        Model::with_handle(key, spec, handle)
+    }
+
+    /// A model around an already loaded handle (tests use their own `LoadedModel`).
+    pub fn with_handle(key: &[u8], spec: ModelSpec, handle: Result<Box<dyn LoadedModel>>) -> Model {
+        let stats = Arc::new(Stats::new(key, EntryKind::Model, spec.backend.name(), &spec.device.name, &spec.tag));
+        Model { spec, handle, stats }
+    }
+
+    pub fn loaded(&self) -> Result<&dyn LoadedModel> {
+        self.handle.as_deref().map_err(Clone::clone)
+    }
+
+    pub fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Model>() + self.spec.blob.len() + self.spec.tag.len()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        stats::unregister(&self.stats);
+    }
+}
+
+fn load_handle(spec: &ModelSpec) -> Result<Box<dyn LoadedModel>> {
+    let c = CONFIG.read().clone();
+    let opts = LoadOptions {
+        device: spec.device.clone(),
+        intra_op_threads: c.intra_op_parallelism,
+        inter_op_threads: c.inter_op_parallelism,
+        inputs: spec.inputs.clone(),
+        outputs: spec.outputs.clone(),
+    };
+    backends::load_model(spec.backend, spec.blob.clone(), &opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_and_codes() {
+        for b in BackendKind::ALL {
+            assert_eq!(BackendKind::parse(b.name().to_lowercase().as_bytes()), Ok(b));
+            assert_eq!(BackendKind::from_code(b.code()), Some(b));
+        }
+        assert_eq!(BackendKind::Onnx.code(), 3);
+        assert_eq!(BackendKind::parse(b"PYTORCH"), Err(Error::UnsupportedBackend));
+    }
+}

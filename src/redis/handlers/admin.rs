@@ -1,0 +1,64 @@
+//! AI.INFO, AI.CONFIG and AI._MODELSCAN.
+
+use super::Cmd;
+use crate::backends;
+use crate::commands::config::{info_reply, parse_config, ConfigCmd};
+use crate::commands::is_keyword;
+use crate::config::CONFIG;
+use crate::error::{Error, Result};
+use crate::redis::log_warning;
+use crate::reply::Reply;
+use crate::stats::{self, EntryKind};
+
+pub fn info(c: &Cmd) -> Result<()> {
+    if !(2..=3).contains(&c.args.len()) {
+        return Err(Error::WrongArity("AI.INFO"));
+    }
+    let s = stats::lookup(c.args[1]).ok_or(Error::NoRunInfo)?;
+    if c.args.get(2).is_some_and(|a| is_keyword(a, "RESETSTAT")) {
+        s.reset();
+        c.reply(&Reply::OK);
+    } else {
+        c.reply(&info_reply(&s));
+    }
+    Ok(())
+}
+
+pub fn config(c: &Cmd) -> Result<()> {
+    match parse_config(&c.args)? {
+        ConfigCmd::LoadBackend(b, path) => backends::load_backend_library(b, &path)?,
+        ConfigCmd::BackendsPath(p) => CONFIG.write().backends_path = Some(p),
+        ConfigCmd::ModelChunkSize(n) => CONFIG.write().model_chunk_size = n,
+        ConfigCmd::Get(what) => {
+            let cfg = CONFIG.read().clone();
+            let r = if is_keyword(&what, "BACKENDSPATH") {
+                Reply::Bulk(cfg.backends_path.unwrap_or_default().into_bytes().into())
+            } else if is_keyword(&what, "MODEL_CHUNK_SIZE") {
+                Reply::Int(cfg.model_chunk_size as i64)
+            } else {
+                Reply::Null
+            };
+            c.reply(&r);
+            return Ok(());
+        }
+    }
+    c.reply(&Reply::OK);
+    Ok(())
+}
+
+pub fn modelscan(c: &Cmd) -> Result<()> {
+    scan(c, EntryKind::Model, "AI._MODELSCAN")
+}
+
+fn scan(c: &Cmd, kind: EntryKind, name: &'static str) -> Result<()> {
+    if c.args.len() != 1 {
+        return Err(Error::WrongArity(name));
+    }
+    log_warning(&format!("{name} is experimental and might be removed in future versions"));
+    let items = stats::scan(kind)
+        .into_iter()
+        .map(|(k, t)| Reply::Array(vec![Reply::Bulk(k.into()), Reply::Bulk(t.into())]))
+        .collect();
+    c.reply(&Reply::Array(items));
+    Ok(())
+}

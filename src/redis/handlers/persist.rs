@@ -1,0 +1,67 @@
+//! Writing computed tensors to the keyspace at reply time, and replicating them as AI.TENSORSET … BLOB
+//! (replicas and the AOF get the data, never a re-run of the model).
+
+use std::os::raw::c_char;
+use std::sync::Arc;
+
+use redis_module::raw;
+
+use crate::commands::tensor::tensorset_words;
+use crate::error::{Error, Result};
+use crate::redis::keyspace::Key;
+use crate::redis::strings::OwnedStrings;
+use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::tensor::Tensor;
+
+/// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
+pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(Vec<u8>, Arc<Tensor>)]) -> Result<()> {
+    for (key, _) in outputs {
+        Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
+    }
+    for (key, t) in outputs {
+        Key::open_name(ctx, key, true).set::<TensorValue>(&TENSOR_TYPE, t.clone())?;
+        replicate_tensorset(ctx, key, t);
+    }
+    Ok(())
+}
+
+fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
+    let mut words = OwnedStrings::new(&tensorset_words(t));
+    let data = t.data();
+    // SAFETY: ctx is the main-thread reply context; the arguments match the format "bvb"
+    // (buffer+len, vector+count, buffer+len) and Redis copies them before `words` drops.
+    unsafe {
+        raw::RedisModule_Replicate.expect("API initialised")(
+            ctx,
+            c"AI.TENSORSET".as_ptr(),
+            c"bvb".as_ptr(),
+            key.as_ptr() as *const c_char,
+            key.len(),
+            words.0.as_mut_ptr(),
+            words.0.len(),
+            data.as_ptr() as *const c_char,
+            data.len(),
+        );
+    }
+}
+
+/// Replicates a command as the client sent it, from a completion (where the client's argv is gone).
+pub fn replicate_argv(ctx: *mut raw::RedisModuleCtx, argv: &mut OwnedStrings) -> Result<()> {
+    let (name, rest) = argv.0.split_first_mut().ok_or_else(|| Error::Generic("empty command".into()))?;
+    let mut len = 0usize;
+    let p = raw::string_ptr_len(*name, &mut len);
+    // SAFETY: `p` points to `len` bytes of a string we retain.
+    let cmd = std::ffi::CString::new(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
+        .map_err(|_| Error::Generic("bad command name".into()))?;
+    // SAFETY: ctx is the main-thread reply context; format "v" takes a vector and its length.
+    unsafe {
+        raw::RedisModule_Replicate.expect("API initialised")(
+            ctx,
+            cmd.as_ptr(),
+            c"v".as_ptr(),
+            rest.as_mut_ptr(),
+            rest.len(),
+        );
+    }
+    Ok(())
+}

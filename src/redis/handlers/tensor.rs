@@ -1,0 +1,32 @@
+//! AI.TENSORSET / AI.TENSORGET.
+
+use std::sync::Arc;
+
+use super::Cmd;
+use crate::commands::tensor::{check_tensorget_arity, parse_tensorget_format, parse_tensorset, tensor_reply};
+use crate::error::{Error, Result};
+use crate::redis::keyspace::Key;
+use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::reply::Reply;
+
+pub fn tensorset(c: &Cmd) -> Result<()> {
+    if c.args.len() < 4 {
+        return Err(Error::WrongArity("AI.TENSORSET"));
+    }
+    let key = Key::open(c.ctx, c.raw[1], true);
+    key.check_type(&TENSOR_TYPE)?;
+    let tensor = parse_tensorset(&c.args)?;
+    key.set::<TensorValue>(&TENSOR_TYPE, Arc::new(tensor))?;
+    c.replicate_verbatim();
+    c.reply(&Reply::OK);
+    Ok(())
+}
+
+pub fn tensorget(c: &Cmd) -> Result<()> {
+    check_tensorget_arity(&c.args)?;
+    let key = Key::open(c.ctx, c.raw[1], false);
+    let tensor = key.get::<TensorValue>(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
+    let format = parse_tensorget_format(&c.args[2..])?;
+    c.reply(&tensor_reply(tensor, format));
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The `AI__MODEL` data type: RDB in RedisAI's chunked layout, AOF rewrite as AI.MODELSTORE, MEMORY USAGE.
+
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::io::Io;
+use super::log_warning;
+use super::strings::OwnedStrings;
+use super::types::guard;
+use crate::config::CONFIG;
+use crate::model::{BackendKind, Model};
+use crate::rdb::{load_model, save_model, ENCVER};
+use crate::stats;
+
+pub type ModelValue = Arc<Model>;
+
+pub static MODEL_TYPE: RedisType = RedisType::new(
+    "AI__MODEL",
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(model_rdb_load),
+        rdb_save: Some(model_rdb_save),
+        aof_rewrite: Some(model_aof_rewrite),
+        mem_usage: Some(model_mem_usage),
+        digest: None,
+        free: Some(model_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// SAFETY: every value of this type is a `Box<ModelValue>` made by `Key::set` or `model_rdb_load`.
+unsafe fn model_ref<'a>(value: *const c_void) -> &'a Model {
+    // SAFETY: see above; Redis keeps the value alive during the callback.
+    unsafe { &*(value as *const ModelValue) }
+}
+
+fn key_name(rdb: *mut raw::RedisModuleIO) -> Vec<u8> {
+    // SAFETY: rdb is the live IO of the load callback; the key name (if any) lives as long as it.
+    unsafe {
+        let k = raw::RedisModule_GetKeyNameFromIO.map_or(std::ptr::null(), |f| f(rdb));
+        if k.is_null() {
+            return Vec::new();
+        }
+        let mut len = 0usize;
+        let p = raw::string_ptr_len(k, &mut len);
+        std::slice::from_raw_parts(p as *const u8, len).to_vec()
+    }
+}
+
+extern "C" fn model_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard("AI__MODEL rdb_load", std::ptr::null_mut(), || match load_model(&mut Io(rdb), encver) {
+        Ok(spec) => {
+            let key = key_name(rdb);
+            let model = Model::restore(&key, spec);
+            if let Err(e) = &model.handle {
+                log_warning(&format!(
+                    "redisai: model '{}' was loaded but cannot run until its backend is available: {e}",
+                    String::from_utf8_lossy(&key)
+                ));
+            }
+            stats::publish(&model.stats);
+            Box::into_raw(Box::new(Arc::new(model))) as *mut c_void
+        }
+        Err(e) => {
+            log_warning(&format!("redisai: cannot load model: {e}"));
+            std::ptr::null_mut()
+        }
+    })
+}
+
+extern "C" fn model_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let chunk = CONFIG.read().model_chunk_size;
+    // SAFETY: see `model_ref`.
+    guard("AI__MODEL rdb_save", (), || save_model(&unsafe { model_ref(value) }.spec, chunk, &mut Io(rdb)))
+}
+
+/// `AI.MODELSTORE <key> <backend> <device> TAG .. BATCHSIZE .. MINBATCHSIZE .. MINBATCHTIMEOUT ..
+/// [INPUTS n .. OUTPUTS n .. (TF)] BLOB <chunk>...`
+fn modelstore_words(m: &Model, chunk: usize) -> Vec<Vec<u8>> {
+    let s = &m.spec;
+    let mut w: Vec<Vec<u8>> =
+        vec![s.backend.name().into(), s.device.name.clone().into(), b"TAG".to_vec(), s.tag.clone()];
+    for (k, v) in
+        [("BATCHSIZE", s.batch.size), ("MINBATCHSIZE", s.batch.min_size), ("MINBATCHTIMEOUT", s.batch.min_timeout_ms)]
+    {
+        w.push(k.into());
+        w.push(v.to_string().into());
+    }
+    if s.backend == BackendKind::Tf {
+        for (k, names) in [("INPUTS", &s.inputs), ("OUTPUTS", &s.outputs)] {
+            w.push(k.into());
+            w.push(names.len().to_string().into());
+            w.extend(names.iter().map(|n| n.clone().into_bytes()));
+        }
+    }
+    w.push(b"BLOB".to_vec());
+    w.extend(s.blob.chunks(chunk.max(1)).map(<[u8]>::to_vec));
+    if s.blob.is_empty() {
+        w.push(Vec::new());
+    }
+    w
+}
+
+extern "C" fn model_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    let chunk = CONFIG.read().model_chunk_size;
+    guard("AI__MODEL aof_rewrite", (), || {
+        // SAFETY: see `model_ref`.
+        let mut words = OwnedStrings::new(&modelstore_words(unsafe { model_ref(value) }, chunk));
+        // SAFETY: the arguments match the format "sv" (string, vector+count); EmitAOF copies them.
+        unsafe {
+            raw::RedisModule_EmitAOF.expect("API initialised")(
+                aof,
+                c"AI.MODELSTORE".as_ptr(),
+                c"sv".as_ptr(),
+                key,
+                words.0.as_mut_ptr(),
+                words.0.len(),
+            );
+        }
+    })
+}
+
+extern "C" fn model_mem_usage(value: *const c_void) -> usize {
+    // SAFETY: see `model_ref`.
+    guard("AI__MODEL mem_usage", 0, || unsafe { model_ref(value) }.mem_usage())
+}
+
+extern "C" fn model_free(value: *mut c_void) {
+    // SAFETY: see `model_ref`; Redis frees each value once. Runs still holding the model keep it alive.
+    guard("AI__MODEL free", (), || drop(unsafe { Box::from_raw(value as *mut ModelValue) }))
+}
