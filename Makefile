@@ -1,0 +1,78 @@
+# redisai-rs: build, run and test the Redis module target/release/libredisai.so.
+# Backend libraries come from PyPI wheels into ~/.cache/redisai-rs (scripts/fetch-backend.sh).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PORT ?= 6379
+# Server for `make run` and for the main flow-test run (Debian's Redis 7.0).
+REDIS_SERVER_BIN ?= redis-server
+
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.requirements.stamp
+MODULE := $(CURDIR)/target/release/libredisai.so
+
+# ONNX Runtime: the cache dir comes from the manifest (no network here).
+ORT_DIR := $(shell scripts/fetch-backend.sh --dir onnxruntime)
+ifeq ($(ORT_DIR),)
+  $(error scripts/fetch-backend.sh --dir onnxruntime failed)
+endif
+ORT_VERSION := $(patsubst onnxruntime-%,%,$(notdir $(ORT_DIR)))
+ORT_LIB := $(ORT_DIR)/lib/libonnxruntime.so.$(ORT_VERSION)
+# Exported to every cargo run (build, test, clippy) alike, so that a build
+# script watching it never sees it change between them.
+export REDISAI_ONNX_LIB_DIR := $(ORT_DIR)/lib
+
+# Run again on the alternative servers (Redis 8.2, Valkey 9.1).
+MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
+PYTEST_ARGS ?= -q
+PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB)
+
+.PHONY: help build run test lint clean fetch-backends venv
+
+help: ## List the targets
+	@echo "redisai-rs make targets:"
+	@grep -E '^[a-z][a-z-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | \
+	  awk -F':.*## ' '{ printf "  %-15s %s\n", $$1, $$2 }'
+	@echo "Variables: PORT=$(PORT) REDIS_SERVER_BIN=$(REDIS_SERVER_BIN) PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+fetch-backends: ## Fetch backend libraries (ONNX Runtime, ...) into the cache
+	scripts/fetch-backend.sh all
+
+venv: $(VENV_STAMP) ## Create .venv with the flow-test requirements
+
+# Rebuilt only when tests/requirements.txt changes.
+$(VENV_STAMP): tests/requirements.txt
+	python3 -m venv --clear $(VENV)
+	$(PYTHON) -m pip install --disable-pip-version-check -q -r tests/requirements.txt
+	touch $@
+
+build: fetch-backends ## Build target/release/libredisai.so (cargo build --release)
+	cargo build --release
+	test -f $(MODULE)
+
+run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module and ONNX Runtime
+	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 \
+	  --loadmodule $(MODULE) ONNX $(ORT_LIB)
+
+test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8.2 and Valkey 9.1
+	cargo test --release
+	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
+	servers=$$(scripts/servers.sh $(VENV)); eval "$$servers"; \
+	export $(PYTEST_ENV); \
+	REDIS_SERVER=$$redis70 scripts/run-pytest.sh "$$($$redis70 --version)" \
+	  $(PYTEST_ARGS) tests/flow; \
+	REDIS_SERVER=$$REDIS82_SERVER scripts/run-pytest.sh "$$($$REDIS82_SERVER --version)" \
+	  $(PYTEST_ARGS) $(MATRIX_TESTS); \
+	REDIS_SERVER=$$VALKEY91_SERVER scripts/run-pytest.sh "$$($$VALKEY91_SERVER --version)" \
+	  $(PYTEST_ARGS) $(MATRIX_TESTS)
+
+lint: ## cargo fmt --check and clippy with warnings as errors
+	cargo fmt --check
+	cargo clippy --release --all-targets -- -D warnings
+
+clean: ## cargo clean and remove .venv (the backend cache stays)
+	cargo clean
+	rm -rf $(VENV)

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Fetch backend shared libraries (ONNX Runtime, later TensorFlow, libtorch) from
+# PyPI wheels into a versioned cache outside the repo.
+#
+#   scripts/fetch-backend.sh <backend>|all     fetch (or reuse) and print the dir(s)
+#   scripts/fetch-backend.sh --dir <backend>   print the dir only; no network
+#
+# Backends are described in scripts/backends.manifest. The cache directory is
+# ${REDISAI_CACHE:-$HOME/.cache/redisai-rs}/<backend>-<version>/. Progress goes
+# to stderr; stdout carries only the absolute backend dir(s), one per line, so
+# `scripts/fetch-backend.sh onnxruntime | tail -n1` is the dir.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+manifest=${REDISAI_BACKENDS_MANIFEST:-$here/backends.manifest}
+cache=${REDISAI_CACHE:-$HOME/.cache/redisai-rs}
+[[ $cache == /* ]] || cache=$PWD/$cache
+python=${PYTHON:-python3}
+
+die() { echo "fetch-backend: error: $*" >&2; exit 1; }
+log() { echo "fetch-backend: $*" >&2; }
+
+usage() { sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+
+[[ -r $manifest ]] || die "manifest not found: $manifest"
+
+# Manifest lines without comments and blank lines.
+entries() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$manifest"; }
+backend_lines() { entries | awk -v b="$1" '$1 == b'; }
+all_backends() { entries | awk '!seen[$1]++ { print $1 }'; }
+
+backend_dir() {
+  local lines version
+  lines=$(backend_lines "$1")
+  [[ -n $lines ]] || die "unknown backend '$1' (known: $(all_backends | tr '\n' ' '))"
+  version=$(awk '{ print $2 }' <<<"$lines" | sort -u)
+  [[ $(wc -l <<<"$version") -eq 1 ]] || die "backend '$1' has several versions in $manifest"
+  echo "$cache/$1-$version"
+}
+
+# The wheel tags pip may pick: every manylinux x86_64 glibc level this Debian 12
+# (glibc 2.36) runs. pip 23 does not widen an explicit --platform to the older
+# levels it implies, so each one is listed.
+pip_platforms() {
+  local v
+  for v in $(seq 36 -1 5); do printf -- '--platform manylinux_2_%s_x86_64 ' "$v"; done
+  printf -- '--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64'
+}
+
+# extract_wheel <wheel> <stage dir> <extract:glob:dir>...
+extract_wheel() {
+  "$python" - "$@" <<'PY'
+import fnmatch, os, re, shutil, sys, zipfile
+
+wheel, stage, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+with zipfile.ZipFile(wheel) as z:
+    members = [i for i in z.infolist() if not i.is_dir()]
+    for spec in specs:
+        _, glob, dest = spec.split(":", 2)
+        # Literal directory part of the glob: kept paths are relative to it.
+        literal = re.split(r"[*?\[]", glob, maxsplit=1)[0]
+        prefix = literal[: literal.rfind("/") + 1]
+        hits = [i for i in members if fnmatch.fnmatchcase(i.filename, glob)]
+        if not hits:
+            sys.exit(f"fetch-backend: error: {os.path.basename(wheel)}: no member matches {glob!r}")
+        for info in hits:
+            rel = info.filename[len(prefix):]
+            if rel.startswith("/") or ".." in rel.split("/"):
+                sys.exit(f"fetch-backend: error: unsafe member path {info.filename!r}")
+            out = os.path.join(stage, dest, rel)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            # Wheels do not always keep mode bits; shared libraries get 0755.
+            mode = (info.external_attr >> 16) & 0o777 or 0o644
+            if ".so" in os.path.basename(out):
+                mode |= 0o755
+            os.chmod(out, mode)
+            print(f"fetch-backend:   {info.filename} -> {os.path.join(dest, rel)}", file=sys.stderr)
+PY
+}
+
+fetch() {
+  local name=$1 dir lines stamp tmp n=0 req sha rest wheel got action
+  local -a actions extracts links
+  dir=$(backend_dir "$name")
+  lines=$(backend_lines "$name")
+  stamp=$dir/.fetch-complete
+  # The stamp holds the manifest lines it was made from: any change refetches.
+  if [[ -f $stamp ]] && [[ $(cat "$stamp") == "$lines" ]]; then
+    log "$name: cached in $dir"
+    echo "$dir"
+    return
+  fi
+  log "$name: fetching into $dir"
+  tmp=$(mktemp -d "$cache/.tmp-$name.XXXXXX")
+  # shellcheck disable=SC2064 # expand $tmp now: it is local
+  trap "rm -rf '$tmp'" EXIT
+  mkdir "$tmp/stage"
+  links=()
+  while read -r _ _ req sha rest; do
+    n=$((n + 1))
+    [[ $sha =~ ^[0-9a-f]{64}$ ]] || die "$name: bad sha256 '$sha' for $req in $manifest"
+    mkdir "$tmp/dl$n"
+    # shellcheck disable=SC2046 # word splitting of the platform flags is wanted
+    "$python" -m pip download --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: $(pip_platforms) --python-version 3.11 \
+      -d "$tmp/dl$n" "$req" >&2 || die "$name: pip download $req failed"
+    wheel=$(find "$tmp/dl$n" -name '*.whl')
+    [[ -n $wheel && $(wc -l <<<"$wheel") -eq 1 ]] || die "$name: expected one wheel for $req, got: ${wheel:-none}"
+    got=$(sha256sum "$wheel" | awk '{ print $1 }')
+    if [[ $got != "$sha" ]]; then
+      die "$name: sha256 mismatch for $(basename "$wheel")
+  expected $sha ($manifest)
+  got      $got"
+    fi
+    log "$name: $(basename "$wheel") sha256 ok"
+    extracts=()
+    read -r -a actions <<<"$rest" # read -a: no glob expansion of the actions
+    for action in "${actions[@]}"; do
+      case $action in
+        extract:*:*) extracts+=("$action") ;;
+        link:*:*) links+=("$action") ;;
+        *) die "$name: unknown action '$action' in $manifest" ;;
+      esac
+    done
+    extract_wheel "$wheel" "$tmp/stage" "${extracts[@]}"
+    rm -rf "$tmp/dl$n" # wheels can be large (torch); keep only what was extracted
+  done <<<"$lines"
+  for action in ${links[@]+"${links[@]}"}; do
+    IFS=: read -r _ path target <<<"$action"
+    mkdir -p "$(dirname "$tmp/stage/$path")"
+    ln -sfn "$target" "$tmp/stage/$path"
+    [[ -e $tmp/stage/$path ]] || die "$name: link $path -> $target is dangling"
+  done
+  printf '%s\n' "$lines" >"$tmp/stage/.fetch-complete.new"
+  rm -rf "$dir"
+  mv "$tmp/stage" "$dir"
+  # Written last, so an interrupted fetch never looks complete.
+  mv "$dir/.fetch-complete.new" "$stamp"
+  rm -rf "$tmp"
+  trap - EXIT
+  log "$name: done"
+  echo "$dir"
+}
+
+[[ $# -ge 1 ]] || usage
+if [[ $1 == --dir ]]; then
+  [[ $# -eq 2 ]] || usage
+  backend_dir "$2"
+  exit 0
+fi
+[[ $# -eq 1 && $1 != -* ]] || usage
+
+case $(realpath -m "$cache")/ in
+  "$(realpath "$repo")"/*) die "cache $cache is inside the repo; set REDISAI_CACHE elsewhere" ;;
+esac
+mkdir -p "$cache"
+
+# One fetch at a time per cache (make -j, parallel CI jobs on one machine).
+exec 9>"$cache/.lock"
+flock 9
+
+if [[ $1 == all ]]; then
+  for b in $(all_backends); do fetch "$b"; done
+else
+  fetch "$1"
+fi
