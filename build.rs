@@ -1,4 +1,4 @@
-//! Records the git commit for INFO's `ai_git_sha`.
+//! Records the git commit for INFO's `ai_git_sha`, and tracks the backend cache path the build bakes in.
 use std::process::Command;
 
 fn main() {
@@ -10,6 +10,8 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=REDISAI_GIT_SHA={sha}");
+    // The default ONNX Runtime path is compiled in (src/backends/onnx.rs); rebuild when it moves.
+    println!("cargo:rerun-if-env-changed=REDISAI_ONNX_LIB_DIR");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
 }

@@ -151,7 +151,10 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
 
 impl OnnxModel {
     fn new_session(&self) -> Result<Session> {
+        // Spinning thread-pool workers would steal cores from Redis itself between runs.
         let mut b = Session::builder(&self.runtime.env).map_err(backend_err)?;
+        b = b.with_intra_op_spinning(false).map_err(backend_err)?;
+        b = b.with_inter_op_spinning(false).map_err(backend_err)?;
         if self.intra > 0 {
             b = b.with_intra_threads(self.intra).map_err(backend_err)?;
         }

@@ -1,0 +1,127 @@
+"""Benchmarks printed as numbers (ratios against baselines measured in the same run). `make bench` runs it.
+
+1. Throughput and latency of a tiny-model AI.MODELEXECUTE against PING on the same server, 50 clients
+   (redis-benchmark), and their ratio.
+2. Idle CPU of a server with the module (queues created, nothing running) against a plain redis-server.
+"""
+import argparse
+import csv
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODULE = os.environ.get("REDISAI_MODULE", os.path.join(ROOT, "target/release/libredisai.so"))
+ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
+SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+DATA = os.path.join(ROOT, "tests", "data")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, module=True, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="redisai-bench-")
+        self.port = free_port()
+        args = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", self.dir, "--logfile", os.path.join(self.dir, "log")]
+        if module:
+            args += ["--loadmodule", MODULE] + (["ONNX", ONNX_LIB] if ONNX_LIB else []) + list(extra)
+        self.proc = subprocess.Popen(args)
+        for _ in range(500):
+            if self.cli("PING", check=False) == "PONG":
+                return
+            time.sleep(0.01)
+        raise RuntimeError("server did not start")
+
+    def cli(self, *args, stdin=None, check=True):
+        r = subprocess.run(["redis-cli", "-p", str(self.port), *args], input=stdin, capture_output=True, check=check)
+        return r.stdout.decode().strip()
+
+    def cpu_seconds(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_benchmark(port, clients, requests, *command):
+    out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", str(clients), "-n", str(requests), "--csv", *command],
+                         capture_output=True, check=True, text=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    r = rows[-1]
+    return float(r["rps"]), float(r["p50_latency_ms"]), float(r["p99_latency_ms"])
+
+
+def bench_execute(requests):
+    s = Server()
+    try:
+        with open(os.path.join(DATA, "mul.onnx"), "rb") as f:
+            s.cli("-x", "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", stdin=f.read())
+        s.cli("AI.TENSORSET", "a", "FLOAT", "2", "2", "VALUES", "1", "2", "3", "4")
+        s.cli("AI.TENSORSET", "b", "FLOAT", "2", "2", "VALUES", "5", "6", "7", "8")
+        assert s.cli("AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b", "OUTPUTS", "1", "c") == "OK"
+        redis_benchmark(s.port, 50, requests // 10, "PING")  # warm-up
+        ping = redis_benchmark(s.port, 50, requests, "PING")
+        execute = redis_benchmark(s.port, 50, requests, "AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b", "OUTPUTS", "1", "c")
+    finally:
+        s.stop()
+    print("== tiny model (mul.onnx, 2x2) vs PING, 50 clients, %d requests each" % requests)
+    print("%-16s %12s %10s %10s" % ("command", "req/s", "p50 ms", "p99 ms"))
+    for name, (rps, p50, p99) in (("PING", ping), ("AI.MODELEXECUTE", execute)):
+        print("%-16s %12.0f %10.3f %10.3f" % (name, rps, p50, p99))
+    print("throughput ratio MODELEXECUTE/PING: %.3f (target >= 0.85)" % (execute[0] / ping[0]))
+
+
+def bench_idle(seconds):
+    results = {}
+    for name, module in (("plain redis-server", False), ("with redisai", True)):
+        s = Server(module=module)
+        try:
+            if module:
+                with open(os.path.join(DATA, "mul.onnx"), "rb") as f:
+                    for dev in ("CPU", "CPU:1"):
+                        s.cli("-x", "AI.MODELSTORE", "m" + dev, "ONNX", dev, "BLOB", stdin=f.read() if dev == "CPU" else blob)
+                        if dev == "CPU":
+                            f.seek(0)
+                            blob = f.read()
+                s.cli("AI.TENSORSET", "a", "FLOAT", "1", "VALUES", "1")
+                for dev in ("CPU", "CPU:1"):
+                    s.cli("AI.MODELEXECUTE", "m" + dev, "INPUTS", "2", "a", "a", "OUTPUTS", "1", "c")
+            time.sleep(1)
+            before = s.cpu_seconds()
+            time.sleep(seconds)
+            results[name] = s.cpu_seconds() - before
+        finally:
+            s.stop()
+    print("== idle CPU over %d s (two device queues created on the module server)" % seconds)
+    for name, cpu in results.items():
+        print("%-20s %.3f s CPU (%.2f%% of one core)" % (name, cpu, 100 * cpu / seconds))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=200000)
+    ap.add_argument("--idle-seconds", type=int, default=10)
+    a = ap.parse_args()
+    if not os.path.exists(MODULE):
+        sys.exit(f"module not built: {MODULE}")
+    bench_execute(a.requests)
+    bench_idle(a.idle_seconds)
+
+
+if __name__ == "__main__":
+    main()
