@@ -1,6 +1,7 @@
 //! Pure parsers: argv (the command name first, as Redis passes it) to typed requests.
 
 pub mod config;
+pub mod dag;
 pub mod model;
 pub mod tensor;
 

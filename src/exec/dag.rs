@@ -10,9 +10,9 @@ use crate::tensor::Tensor;
 /// Index of a tensor slot. Every slot is written at most once (by LOAD or by one op).
 pub type Slot = usize;
 
+/// An op that runs on a device queue. (A DAG's TENSORSET is done at parse time and its TENSORGET at
+/// reply time, as in RedisAI 1.2.5+: neither needs a worker.)
 pub enum OpKind {
-    TensorSet { output: Slot, tensor: Arc<Tensor> },
-    TensorGet { input: Slot, format: GetFormat },
     Model { model: Arc<Model>, inputs: Vec<Slot>, outputs: Vec<Slot> },
 }
 
@@ -25,23 +25,31 @@ pub struct Op {
 impl Op {
     pub fn inputs(&self) -> &[Slot] {
         match &self.kind {
-            OpKind::TensorSet { .. } => &[],
-            OpKind::TensorGet { input, .. } => std::slice::from_ref(input),
             OpKind::Model { inputs, .. } => inputs,
         }
     }
     pub fn outputs(&self) -> &[Slot] {
         match &self.kind {
-            OpKind::TensorSet { output, .. } => std::slice::from_ref(output),
-            OpKind::TensorGet { .. } => &[],
             OpKind::Model { outputs, .. } => outputs,
         }
     }
 }
 
+/// What one op of the client's DAG contributes to the reply, in the client's order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyItem {
+    /// A TENSORSET (done at parse time).
+    Ok,
+    /// A TENSORGET of a slot, read at reply time (`NA` if it was never computed).
+    Get { slot: Slot, format: GetFormat },
+    /// A queued op: `OK`, its error, or `NA` if it never ran.
+    Op(usize),
+}
+
 #[derive(Default)]
 pub struct Plan {
     pub ops: Vec<Op>,
+    pub replies: Vec<ReplyItem>,
     pub slots: usize,
     /// Tensors present before any op runs (LOAD, and the inputs of MODELEXECUTE).
     pub loaded: Vec<(Slot, Arc<Tensor>)>,

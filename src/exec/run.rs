@@ -88,6 +88,24 @@ impl Run {
         Ok(())
     }
 
+    /// A run with nothing to queue (a DAG of TENSORSET/TENSORGET only), complete as it is.
+    pub fn finished(plan: Plan) -> Run {
+        let mut slots = vec![None; plan.slots];
+        for (s, t) in &plan.loaded {
+            slots[*s] = Some(t.clone());
+        }
+        Run {
+            state: Mutex::new(State { slots, outcomes: Vec::new(), parked: Vec::new(), failed: false }),
+            remaining: AtomicUsize::new(0),
+            timed_out: AtomicBool::new(false),
+            deadline: None,
+            queues: Vec::new(),
+            device_ops: Vec::new(),
+            completion: Mutex::new(None),
+            plan,
+        }
+    }
+
     pub fn timed_out(&self) -> bool {
         self.timed_out.load(Ordering::Acquire)
     }
@@ -190,8 +208,6 @@ impl Entry {
 /// Runs one op on the calling worker thread.
 fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
     match op {
-        OpKind::TensorSet { tensor, .. } => Ok(vec![tensor.clone()]),
-        OpKind::TensorGet { .. } => Ok(vec![]),
         OpKind::Model { model, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
             let start = Instant::now();

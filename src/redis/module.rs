@@ -30,6 +30,10 @@ const COMMANDS: &[(&str, CommandFn, &str, c_int, c_int, c_int)] = &[
     ("ai._modelscan", handlers::ai_modelscan, "readonly", 0, 0, 0),
     ("ai.info", handlers::ai_info, "readonly", 1, 1, 1),
     ("ai.config", handlers::ai_config, "write", 0, 0, 0),
+    ("ai.dagexecute", handlers::ai_dagexecute, "write deny-oom getkeys-api", 3, 3, 1),
+    ("ai.dagexecute_ro", handlers::ai_dagexecute_ro, "readonly getkeys-api", 3, 3, 1),
+    ("ai.dagrun", handlers::ai_dagrun, "write deny-oom getkeys-api", 3, 3, 1),
+    ("ai.dagrun_ro", handlers::ai_dagrun_ro, "readonly getkeys-api", 3, 3, 1),
 ];
 
 /// # Safety

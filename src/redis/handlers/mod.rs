@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::reply::Reply;
 
 mod admin;
+mod dag;
 mod model;
 mod persist;
 mod tensor;
@@ -97,6 +98,7 @@ macro_rules! entry_points {
     )*};
 }
 
+use crate::commands::dag::dag_key_positions;
 use crate::commands::model::{modelexecute_key_positions, modelrun_key_positions};
 
 entry_points! {
@@ -111,4 +113,8 @@ entry_points! {
     ai_modelscan => admin::modelscan;
     ai_info => admin::info;
     ai_config => admin::config;
+    ai_dagexecute => dag::dagexecute, keys dag_key_positions;
+    ai_dagexecute_ro => dag::dagexecute_ro, keys dag_key_positions;
+    ai_dagrun => dag::dagrun, keys dag_key_positions;
+    ai_dagrun_ro => dag::dagrun_ro, keys dag_key_positions;
 }

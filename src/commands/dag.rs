@@ -1,0 +1,431 @@
+//! AI.DAGEXECUTE[_RO] / AI.DAGRUN[_RO] (spec §1.14, §2.1): parsing, then single-assignment renaming of the
+//! DAG-local names into slots. Keys are resolved through a `Resolver`, so this stays free of Redis.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::is_keyword;
+use super::model::{parse_modelexecute, parse_modelrun, parse_timeout};
+use super::tensor::{parse_tensor_args, parse_tensorget_format, GetFormat};
+use crate::error::{Error, Result};
+use crate::exec::dag::{Op, OpKind, Plan, ReplyItem, Slot};
+use crate::model::Model;
+use crate::tensor::{parse_i64, Tensor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DagKind {
+    Execute,
+    ExecuteRo,
+    Run,
+    RunRo,
+}
+
+impl DagKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DagKind::Execute => "AI.DAGEXECUTE",
+            DagKind::ExecuteRo => "AI.DAGEXECUTE_RO",
+            DagKind::Run => "AI.DAGRUN",
+            DagKind::RunRo => "AI.DAGRUN_RO",
+        }
+    }
+    fn read_only(self) -> bool {
+        matches!(self, DagKind::ExecuteRo | DagKind::RunRo)
+    }
+    fn deprecated(self) -> bool {
+        matches!(self, DagKind::Run | DagKind::RunRo)
+    }
+}
+
+/// Keyspace lookups the parser needs (done at parse time, as RedisAI does).
+pub trait Resolver {
+    fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>>;
+    fn model(&self, key: &[u8]) -> Result<Arc<Model>>;
+    /// Scripts are looked up the same way; until the script backend exists this reports why it failed.
+    fn script(&self, key: &[u8]) -> Error;
+}
+
+fn err(msg: &str) -> Error {
+    Error::Generic(msg.to_string())
+}
+fn plain(msg: &str) -> Error {
+    Error::Plain(msg.to_string())
+}
+
+const SEP: &[u8] = b"|>";
+
+/// `<n> <key>...` after LOAD or PERSIST.
+fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -> Result<Vec<&'a [u8]>> {
+    let count =
+        argv.get(pos + 1).ok_or_else(|| err(&format!("missing arguments after {what} keyword in DAG command")))?;
+    let n = parse_i64(count)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| err(&format!("invalid or negative value found in number of keys to {what}")))?
+        as usize;
+    argv.get(pos + 2..pos + 2 + n).map(<[_]>::to_vec).ok_or_else(|| err(mismatch))
+}
+
+enum Parsed<'a> {
+    Set { key: &'a [u8], tensor: Tensor },
+    Get { key: &'a [u8], format: GetFormat },
+    Model { model: Arc<Model>, inputs: Vec<&'a [u8]>, outputs: Vec<&'a [u8]> },
+}
+
+fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Parsed<'a>> {
+    let name = op[0];
+    if is_keyword(name, "AI.TENSORSET") {
+        if op.len() < 4 {
+            return Err(plain("wrong number of arguments for 'AI.TENSORSET' command"));
+        }
+        Ok(Parsed::Set { key: op[1], tensor: parse_tensor_args(&op[2..])? })
+    } else if is_keyword(name, "AI.TENSORGET") {
+        if !(2..=4).contains(&op.len()) {
+            return Err(plain("wrong number of arguments for 'AI.TENSORGET' command"));
+        }
+        Ok(Parsed::Get { key: op[1], format: parse_tensorget_format(&op[2..])? })
+    } else if is_keyword(name, "AI.MODELEXECUTE") {
+        if kind.deprecated() {
+            return Err(plain("AI.MODELEXECUTE cannot be used in a deprecated AI.DAGRUN command"));
+        }
+        if op.len() < 8 {
+            return Err(Error::WrongArity("AI.MODELEXECUTE"));
+        }
+        let model = r.model(op[1])?;
+        let a = parse_modelexecute(op, model.spec.inputs.len(), model.spec.outputs.len())?;
+        if a.timeout.is_some() {
+            return Err(err("TIMEOUT not allowed within a DAG command"));
+        }
+        Ok(Parsed::Model { model, inputs: a.inputs, outputs: a.outputs })
+    } else if is_keyword(name, "AI.MODELRUN") {
+        if !kind.deprecated() {
+            return Err(plain("Deprecated AI.MODELRUN cannot be used in AI.DAGEXECUTE command"));
+        }
+        if op.len() < 6 {
+            return Err(Error::WrongArity("AI.MODELRUN"));
+        }
+        let model = r.model(op[1])?;
+        if op.get(2).is_some_and(|a| is_keyword(a, "TIMEOUT")) {
+            return Err(err("TIMEOUT not allowed within a DAG command"));
+        }
+        let a = parse_modelrun(op, model.spec.inputs.len(), model.spec.outputs.len())?;
+        Ok(Parsed::Model { model, inputs: a.inputs, outputs: a.outputs })
+    } else if is_keyword(name, "AI.SCRIPTEXECUTE") {
+        if kind.deprecated() {
+            return Err(plain("AI.SCRIPTEXECUTE cannot be used in a deprecated AI.DAGRUN command"));
+        }
+        if kind.read_only() {
+            return Err(err("AI.SCRIPTEXECUTE command cannot be specified in a read-only DAG"));
+        }
+        Err(r.script(op.get(1).copied().unwrap_or_default()))
+    } else if is_keyword(name, "AI.SCRIPTRUN") {
+        if !kind.deprecated() {
+            return Err(plain("Deprecated AI.SCRIPTRUN cannot be used in AI.DAGEXECUTE command"));
+        }
+        Err(r.script(op.get(1).copied().unwrap_or_default()))
+    } else {
+        Err(plain("Unsupported command within DAG"))
+    }
+}
+
+/// Parses a DAG command and plans it: LOADed tensors and TENSORSETs fill slots at once, every name an op
+/// writes gets a fresh slot (so reusing a name never clobbers a value an earlier op still reads).
+pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan> {
+    if kind.deprecated() && argv.len() < 4 {
+        return Err(Error::WrongArity(kind.name()));
+    }
+    if !kind.deprecated() && argv.len() < 6 {
+        return Err(err(&format!("missing arguments for '{}' command", kind.name())));
+    }
+    let mut plan = Plan::default();
+    let mut names: HashMap<&[u8], Slot> = HashMap::new();
+    let mut persist: Vec<&[u8]> = Vec::new();
+    let (mut seen_load, mut seen_persist, mut seen_routing, mut seen_timeout) = (false, false, false, false);
+    let mut pos = 1;
+    while pos < argv.len() && argv[pos] != SEP {
+        let arg = argv[pos];
+        if is_keyword(arg, "LOAD") && !seen_load {
+            seen_load = true;
+            let keys = counted_keys(
+                argv,
+                pos,
+                "LOAD",
+                "number of keys to LOAD into DAG does not match the number of given arguments",
+            )?;
+            for key in &keys {
+                let t = r.tensor(key)?;
+                let s = plan.new_slot();
+                plan.loaded.push((s, t));
+                names.insert(key, s);
+            }
+            pos += 2 + keys.len();
+        } else if is_keyword(arg, "PERSIST") && !seen_persist {
+            if kind.read_only() {
+                return Err(err("PERSIST cannot be specified in a read-only DAG"));
+            }
+            seen_persist = true;
+            persist = counted_keys(
+                argv,
+                pos,
+                "PERSIST",
+                "number of keys to PERSIST after DAG execution does not match the number of given arguments",
+            )?;
+            if (1..persist.len()).any(|i| persist[..i].contains(&persist[i])) {
+                return Err(err("PERSIST keys must be unique"));
+            }
+            pos += 2 + persist.len();
+        } else if is_keyword(arg, "ROUTING") && !seen_routing && !kind.deprecated() {
+            seen_routing = true;
+            argv.get(pos + 1).ok_or_else(|| err("Missing ROUTING value"))?;
+            pos += 2;
+        } else if is_keyword(arg, "TIMEOUT") && !seen_timeout {
+            seen_timeout = true;
+            plan.timeout = Some(parse_timeout(argv.get(pos + 1))?);
+            pos += 2;
+        } else {
+            return Err(err(&format!("Invalid DAG command. Unexpected argument:  {}", String::from_utf8_lossy(arg))));
+        }
+    }
+    if !kind.deprecated() && !(seen_load || seen_persist || seen_routing) {
+        return Err(err(
+            "AI.DAGEXECUTE and AI.DAGEXECUTE_RO commands must contain at least one out of ROUTING, LOAD, PERSIST keywords",
+        ));
+    }
+    if pos >= argv.len() {
+        return Err(err("DAG is empty"));
+    }
+    // argv[pos] is the first separator; every op follows one.
+    let mut parsed = Vec::new();
+    for op in argv[pos + 1..].split(|a| *a == SEP) {
+        if op.is_empty() {
+            return Err(err("Invalid DAG command. Unexpected argument:  |>"));
+        }
+        parsed.push(parse_op(op, kind, r)?);
+    }
+
+    for p in parsed {
+        match p {
+            Parsed::Set { key, tensor } => {
+                let s = plan.new_slot();
+                plan.loaded.push((s, Arc::new(tensor)));
+                names.insert(key, s);
+                plan.replies.push(ReplyItem::Ok);
+            }
+            Parsed::Get { key, format } => {
+                let slot = *names.get(key).ok_or_else(|| err("INPUT key cannot be found in DAG"))?;
+                plan.replies.push(ReplyItem::Get { slot, format });
+            }
+            Parsed::Model { model, inputs, outputs } => {
+                let inputs = inputs
+                    .iter()
+                    .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
+                    .collect::<Result<Vec<_>>>()?;
+                let outputs: Vec<Slot> = outputs
+                    .iter()
+                    .map(|k| {
+                        let s = plan.new_slot();
+                        names.insert(k, s);
+                        s
+                    })
+                    .collect();
+                let device = model.spec.device.queue_key();
+                plan.replies.push(ReplyItem::Op(plan.ops.len()));
+                plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
+            }
+        }
+    }
+    for key in persist {
+        let slot = *names.get(key).ok_or_else(|| err("PERSIST key cannot be found in DAG"))?;
+        plan.persist.push((key.to_vec(), slot));
+    }
+    Ok(plan)
+}
+
+/// Key positions for cluster routing: LOAD and PERSIST keys, ROUTING, and the model/script of each
+/// AI.MODELEXECUTE / AI.SCRIPTEXECUTE op (DAG-local names are not keys).
+pub fn dag_key_positions(argv: &[&[u8]]) -> Vec<usize> {
+    let mut keys = Vec::new();
+    let mut pos = 1;
+    while pos < argv.len() && argv[pos] != SEP {
+        let a = argv[pos];
+        if is_keyword(a, "LOAD") || is_keyword(a, "PERSIST") {
+            let n = argv.get(pos + 1).and_then(|c| parse_i64(c)).filter(|&n| n > 0).unwrap_or(0) as usize;
+            let end = (pos + 2 + n).min(argv.len());
+            keys.extend(pos + 2..end);
+            pos = end;
+        } else if is_keyword(a, "ROUTING") {
+            if pos + 1 < argv.len() {
+                keys.push(pos + 1);
+            }
+            pos += 2;
+        } else if is_keyword(a, "TIMEOUT") {
+            pos += 2;
+        } else {
+            pos += 1;
+        }
+    }
+    for i in pos..argv.len() {
+        if argv[i] == SEP
+            && argv.get(i + 1).is_some_and(|a| is_keyword(a, "AI.MODELEXECUTE") || is_keyword(a, "AI.SCRIPTEXECUTE"))
+            && i + 2 < argv.len()
+        {
+            keys.push(i + 2);
+        }
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::LoadedModel;
+    use crate::device::Device;
+    use crate::model::{BackendKind, BatchOpts, ModelSpec};
+
+    struct Identity;
+    impl LoadedModel for Identity {
+        fn inputs(&self) -> &[String] {
+            static N: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+            N.get_or_init(|| vec!["x".into()])
+        }
+        fn outputs(&self) -> &[String] {
+            self.inputs()
+        }
+        fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+            Ok(inputs.iter().map(|t| (*t).clone()).collect())
+        }
+    }
+
+    struct Fake;
+    impl Resolver for Fake {
+        fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
+            match key {
+                b"t" => Ok(Arc::new(Tensor::zeros(crate::tensor::DataType::Float, vec![1]).unwrap())),
+                _ => Err(Error::TensorKeyEmpty),
+            }
+        }
+        fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
+            let dev = if key == b"m1" { "CPU:1" } else { "CPU" };
+            let spec = ModelSpec {
+                backend: BackendKind::Onnx,
+                device: Device::parse(dev.as_bytes()).unwrap(),
+                tag: vec![],
+                batch: BatchOpts::default(),
+                inputs: vec!["x".into()],
+                outputs: vec!["y".into()],
+                blob: Vec::new().into(),
+            };
+            Ok(Arc::new(Model::with_handle(key, spec, Ok(Box::new(Identity)))))
+        }
+        fn script(&self, _key: &[u8]) -> Error {
+            err("script key is empty")
+        }
+    }
+
+    fn parse(kind: DagKind, s: &str) -> Result<Plan> {
+        let words: Vec<&[u8]> = s.split(' ').map(str::as_bytes).collect();
+        parse_dag(&words, kind, &Fake)
+    }
+    fn e(kind: DagKind, s: &str) -> String {
+        parse(kind, s).err().map(|e| e.reply_text()).unwrap_or_default()
+    }
+    use DagKind::*;
+
+    #[test]
+    fn header_errors_in_order() {
+        assert_eq!(e(Execute, "AI.DAGEXECUTE LOAD 1 t |>"), "ERR missing arguments for 'AI.DAGEXECUTE' command");
+        assert_eq!(e(Run, "AI.DAGRUN |>"), "ERR wrong number of arguments for 'AI.DAGRUN' command");
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD x t |> AI.TENSORGET t"),
+            "ERR invalid or negative value found in number of keys to LOAD"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 5 t |> AI.TENSORGET t"),
+            "ERR number of keys to LOAD into DAG does not match the number of given arguments"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 1 nope |> AI.TENSORGET t"),
+            "ERR tensor key is empty or in a different shard"
+        );
+        assert_eq!(
+            e(ExecuteRo, "AI.DAGEXECUTE_RO PERSIST 1 a |> AI.TENSORGET a"),
+            "ERR PERSIST cannot be specified in a read-only DAG"
+        );
+        assert_eq!(e(Execute, "AI.DAGEXECUTE PERSIST 2 a a |> AI.TENSORGET a"), "ERR PERSIST keys must be unique");
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE ROUTING t FOO |> AI.TENSORGET t"),
+            "ERR Invalid DAG command. Unexpected argument:  FOO"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE TIMEOUT 5 |> AI.TENSORGET t x"),
+            "ERR AI.DAGEXECUTE and AI.DAGEXECUTE_RO commands must contain at least one out of ROUTING, LOAD, PERSIST keywords"
+        );
+        assert_eq!(e(Execute, "AI.DAGEXECUTE ROUTING t TIMEOUT 0 |> AI.TENSORGET t"), "ERR Invalid value for TIMEOUT");
+        assert_eq!(e(Execute, "AI.DAGEXECUTE ROUTING t TIMEOUT 5 LOAD 1 t"), "ERR DAG is empty");
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 1 t |> AI.TENSORGET t |>"),
+            "ERR Invalid DAG command. Unexpected argument:  |>"
+        );
+    }
+
+    #[test]
+    fn op_errors() {
+        assert_eq!(e(Execute, "AI.DAGEXECUTE LOAD 1 t |> AI.FOO t"), "Unsupported command within DAG");
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 1 t |> AI.TENSORGET"),
+            "wrong number of arguments for 'AI.TENSORGET' command"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 1 t |> AI.MODELRUN m INPUTS t OUTPUTS y"),
+            "Deprecated AI.MODELRUN cannot be used in AI.DAGEXECUTE command"
+        );
+        assert_eq!(
+            e(Run, "AI.DAGRUN LOAD 1 t |> AI.MODELEXECUTE m INPUTS 1 t OUTPUTS 1 y"),
+            "AI.MODELEXECUTE cannot be used in a deprecated AI.DAGRUN command"
+        );
+        assert_eq!(
+            e(ExecuteRo, "AI.DAGEXECUTE_RO LOAD 1 t |> AI.SCRIPTEXECUTE s f INPUTS 1 t"),
+            "ERR AI.SCRIPTEXECUTE command cannot be specified in a read-only DAG"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 1 t |> AI.MODELEXECUTE m INPUTS 1 t OUTPUTS 1 y TIMEOUT 5"),
+            "ERR TIMEOUT not allowed within a DAG command"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE LOAD 1 t |> AI.MODELEXECUTE m INPUTS 1 u OUTPUTS 1 y"),
+            "ERR INPUT key cannot be found in DAG"
+        );
+        assert_eq!(
+            e(Execute, "AI.DAGEXECUTE PERSIST 1 z |> AI.TENSORSET a FLOAT 1"),
+            "ERR PERSIST key cannot be found in DAG"
+        );
+    }
+
+    #[test]
+    fn names_are_single_assignment() {
+        let p = parse(
+            Execute,
+            "AI.DAGEXECUTE PERSIST 1 a |> AI.TENSORSET a FLOAT 1 VALUES 1 |> AI.TENSORGET a VALUES |> AI.TENSORSET a FLOAT 1 VALUES 2 \
+             |> AI.MODELEXECUTE m1 INPUTS 1 a OUTPUTS 1 a |> AI.TENSORGET a VALUES",
+        )
+        .unwrap();
+        assert_eq!(p.slots, 3);
+        assert_eq!(
+            p.replies[1],
+            ReplyItem::Get { slot: 0, format: GetFormat { meta: false, blob: false, values: true } }
+        );
+        assert_eq!(p.ops[0].inputs(), &[1]);
+        assert_eq!(p.ops[0].outputs(), &[2]);
+        assert_eq!(p.ops[0].device, "CPU:1");
+        assert_eq!(p.persist, vec![(b"a".to_vec(), 2)]);
+    }
+
+    #[test]
+    fn key_positions() {
+        let words: Vec<&[u8]> =
+            "AI.DAGEXECUTE LOAD 2 a b PERSIST 1 c ROUTING r TIMEOUT 5 |> AI.MODELEXECUTE m INPUTS 1 a OUTPUTS 1 c |> AI.TENSORGET c"
+                .split(' ')
+                .map(str::as_bytes)
+                .collect();
+        assert_eq!(dag_key_positions(&words), vec![3, 4, 7, 9, 14]);
+    }
+}

@@ -1,0 +1,114 @@
+//! AI.DAGEXECUTE / AI.DAGEXECUTE_RO / AI.DAGRUN / AI.DAGRUN_RO.
+
+use std::sync::Arc;
+
+use redis_module::raw;
+
+use super::persist::write_outputs;
+use super::Cmd;
+use crate::commands::dag::{parse_dag, DagKind, Resolver};
+use crate::commands::tensor::tensor_reply;
+use crate::error::{Error, Result};
+use crate::exec::dag::ReplyItem;
+use crate::exec::queues;
+use crate::exec::run::{OpOutcome, Run};
+use crate::model::Model;
+use crate::redis::blocking::Blocked;
+use crate::redis::keyspace::Key;
+use crate::redis::model_type::{ModelValue, MODEL_TYPE};
+use crate::redis::reply::send;
+use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::reply::Reply;
+use crate::tensor::Tensor;
+
+struct Keyspace(*mut raw::RedisModuleCtx);
+
+impl Resolver for Keyspace {
+    fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
+        Key::open_name(self.0, key, false).get::<TensorValue>(&TENSOR_TYPE)?.cloned().ok_or(Error::TensorKeyEmpty)
+    }
+    fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
+        Key::open_name(self.0, key, false).get::<ModelValue>(&MODEL_TYPE)?.cloned().ok_or(Error::ModelKeyEmpty)
+    }
+    fn script(&self, key: &[u8]) -> Error {
+        if Key::open_name(self.0, key, false).is_empty() {
+            Error::Generic("script key is empty".into())
+        } else {
+            Error::WrongType
+        }
+    }
+}
+
+pub fn dagexecute(c: &Cmd) -> Result<()> {
+    dag(c, DagKind::Execute)
+}
+pub fn dagexecute_ro(c: &Cmd) -> Result<()> {
+    dag(c, DagKind::ExecuteRo)
+}
+pub fn dagrun(c: &Cmd) -> Result<()> {
+    dag(c, DagKind::Run)
+}
+pub fn dagrun_ro(c: &Cmd) -> Result<()> {
+    dag(c, DagKind::RunRo)
+}
+
+fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
+    Blocked::check_can_block(c.ctx)?;
+    let plan = parse_dag(&c.args, kind, &Keyspace(c.ctx))?;
+    for op in &plan.ops {
+        queues()
+            .get(&op.device)
+            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
+    }
+    if plan.ops.is_empty() {
+        // Only TENSORSET/TENSORGET: nothing to queue, answer now.
+        let run = Run::finished(plan);
+        reply_dag(c.ctx, &run);
+        return Ok(());
+    }
+    let blocked = Blocked::new(c.ctx)?;
+    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_dag(ctx, &run)))
+}
+
+/// One entry per op (`OK`, a TENSORGET reply, an error, or `NA`), PERSIST done only when every op
+/// succeeded (a failed PERSIST adds one trailing error), or `TIMEDOUT` for the whole DAG.
+fn reply_dag(ctx: *mut raw::RedisModuleCtx, run: &Run) {
+    if run.timed_out() {
+        return send(ctx, &Reply::Simple("TIMEDOUT"));
+    }
+    let plan = &run.plan;
+    let fetched: Vec<Option<Arc<Tensor>>> = plan
+        .replies
+        .iter()
+        .map(|item| match item {
+            ReplyItem::Get { slot, .. } => run.slot(*slot),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<Reply> = plan
+        .replies
+        .iter()
+        .zip(&fetched)
+        .map(|(item, tensor)| match (item, tensor) {
+            (ReplyItem::Ok, _) => Reply::OK,
+            (ReplyItem::Get { format, .. }, Some(t)) => tensor_reply(t, *format),
+            (ReplyItem::Get { .. }, None) => Reply::Simple("NA"),
+            (ReplyItem::Op(i), _) => match run.outcome(*i) {
+                OpOutcome::Done => Reply::OK,
+                OpOutcome::Failed(e) => Reply::Error(e),
+                OpOutcome::NotRun => Reply::Simple("NA"),
+            },
+        })
+        .collect();
+    if !run.failed() && !plan.persist.is_empty() {
+        let outputs: Option<Vec<(Vec<u8>, Arc<Tensor>)>> =
+            plan.persist.iter().map(|(k, s)| run.slot(*s).map(|t| (k.clone(), t))).collect();
+        let result = outputs
+            .ok_or_else(|| Error::Generic("PERSIST key cannot be found in DAG".into()))
+            .and_then(|o| write_outputs(ctx, &o));
+        if let Err(e) = result {
+            out.push(Reply::Error(e));
+        }
+    }
+    send(ctx, &Reply::Array(out));
+}
