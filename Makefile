@@ -30,7 +30,7 @@ MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
 PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB)
 
-.PHONY: help build run test lint clean fetch-backends venv
+.PHONY: help build run test bench lint clean fetch-backends venv
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
@@ -68,6 +68,9 @@ test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8
 	  $(PYTEST_ARGS) $(MATRIX_TESTS); \
 	REDIS_SERVER=$$VALKEY91_SERVER scripts/run-pytest.sh "$$($$VALKEY91_SERVER --version)" \
 	  $(PYTEST_ARGS) $(MATRIX_TESTS)
+
+bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py)
+	$(PYTEST_ENV) $(PYTHON) bench/bench.py
 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --check

@@ -185,7 +185,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
             return Err(err(&format!("Invalid DAG command. Unexpected argument:  {}", String::from_utf8_lossy(arg))));
         }
     }
-    if !kind.deprecated() && !(seen_load || seen_persist || seen_routing) {
+    if !(kind.deprecated() || seen_load || seen_persist || seen_routing) {
         return Err(err(
             "AI.DAGEXECUTE and AI.DAGEXECUTE_RO commands must contain at least one out of ROUTING, LOAD, PERSIST keywords",
         ));
