@@ -229,3 +229,171 @@ fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backends::LoadedModel;
+    use crate::device::Device;
+    use crate::exec::dag::{Op, OpKind, Plan};
+    use crate::model::{BackendKind, BatchOpts, Model, ModelSpec};
+    use crate::tensor::DataType;
+
+    /// Adds its inputs plus one (f64 scalars); counts its runs; fails when told to.
+    struct Fake {
+        names: Vec<String>,
+        outputs: Vec<String>,
+        runs: Arc<AtomicUsize>,
+        fail: bool,
+    }
+
+    impl LoadedModel for Fake {
+        fn inputs(&self) -> &[String] {
+            &self.names
+        }
+        fn outputs(&self) -> &[String] {
+            &self.outputs
+        }
+        fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(50));
+            if self.fail {
+                return Err(Error::Plain("injected failure".into()));
+            }
+            let sum: f64 = inputs.iter().map(|t| value(t)).sum();
+            Ok(vec![scalar(sum + 1.0)])
+        }
+    }
+
+    fn scalar(v: f64) -> Tensor {
+        Tensor::from_blob(DataType::Double, vec![], &v.to_le_bytes()).unwrap()
+    }
+    fn value(t: &Tensor) -> f64 {
+        f64::from_le_bytes(t.data().try_into().unwrap())
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn random_dags_run_each_op_once_after_its_inputs_and_reply_once() {
+        let queues = Queues::new(2);
+        let devices = ["CPU", "CPU:1", "CPU:2"];
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        for round in 0..300 {
+            let nops = 1 + rng.next(8);
+            let mut plan = Plan::default();
+            let first = plan.new_slot();
+            plan.loaded.push((first, Arc::new(scalar(1.0))));
+            let mut expected = vec![Some(1.0)];
+            let mut runs = Vec::new();
+            let mut models = Vec::new();
+            let mut any_fail = false;
+            for _ in 0..nops {
+                let k = 1 + rng.next(2);
+                let inputs: Vec<usize> = (0..k).map(|_| rng.next(plan.slots)).collect();
+                let fail = rng.next(12) == 0;
+                any_fail |= fail;
+                let counter = Arc::new(AtomicUsize::new(0));
+                let dev = devices[rng.next(devices.len())];
+                let spec = ModelSpec {
+                    backend: BackendKind::Onnx,
+                    device: Device::parse(dev.as_bytes()).unwrap(),
+                    tag: vec![],
+                    batch: BatchOpts::default(),
+                    inputs: vec![],
+                    outputs: vec![],
+                    blob: Vec::new().into(),
+                };
+                let fake = Fake { names: vec!["x".into(); k], outputs: vec!["y".into()], runs: counter.clone(), fail };
+                let model = Arc::new(Model::with_handle(b"m", spec, Ok(Box::new(fake))));
+                let out = plan.new_slot();
+                let v = inputs.iter().map(|&i| expected[i]).sum::<Option<f64>>().filter(|_| !fail).map(|s| s + 1.0);
+                expected.push(v);
+                plan.ops.push(Op {
+                    kind: OpKind::Model { model: model.clone(), inputs, outputs: vec![out] },
+                    device: dev.to_string(),
+                });
+                runs.push(counter);
+                models.push(model);
+            }
+            let replies = Arc::new(AtomicUsize::new(0));
+            let (tx, rx) = mpsc::channel();
+            let r = replies.clone();
+            Run::submit(plan, &queues, move |run| {
+                r.fetch_add(1, Ordering::SeqCst);
+                tx.send(run).unwrap();
+            })
+            .unwrap();
+            let run = rx.recv_timeout(Duration::from_secs(10)).expect("the run replied");
+            for (i, counter) in runs.iter().enumerate() {
+                let n = counter.load(Ordering::SeqCst);
+                assert!(n <= 1, "round {round}: op {i} ran {n} times");
+                match run.outcome(i) {
+                    OpOutcome::Done => {
+                        assert_eq!(n, 1);
+                        let out = run.plan.ops[i].outputs()[0];
+                        assert_eq!(run.slot(out).map(|t| value(&t)), expected[out], "round {round} op {i}");
+                    }
+                    OpOutcome::Failed(_) => assert_eq!(n, 1),
+                    OpOutcome::NotRun => assert!(any_fail, "round {round}: op {i} skipped without a failure"),
+                }
+            }
+            assert_eq!(run.failed(), any_fail && (0..nops).any(|i| matches!(run.outcome(i), OpOutcome::Failed(_))));
+            drop(run);
+            // Every entry is gone once the completion ran: nothing holds the run (and its models) any more.
+            std::thread::sleep(Duration::from_millis(1));
+            for m in &models {
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while Arc::strong_count(m) > 1 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                assert_eq!(Arc::strong_count(m), 1, "round {round}: a run still holds a model");
+            }
+            assert_eq!(replies.load(Ordering::SeqCst), 1);
+        }
+    }
+
+    #[test]
+    fn timeout_replies_once_and_skips_waiting_ops() {
+        let queues = Queues::new(1);
+        let slow = Arc::new(AtomicUsize::new(0));
+        let spec = |d: &str| ModelSpec {
+            backend: BackendKind::Onnx,
+            device: Device::parse(d.as_bytes()).unwrap(),
+            tag: vec![],
+            batch: BatchOpts::default(),
+            inputs: vec![],
+            outputs: vec![],
+            blob: Vec::new().into(),
+        };
+        let fake = |runs: &Arc<AtomicUsize>| Fake {
+            names: vec!["x".into()],
+            outputs: vec!["y".into()],
+            runs: runs.clone(),
+            fail: false,
+        };
+        let model = Arc::new(Model::with_handle(b"m", spec("CPU"), Ok(Box::new(fake(&slow)))));
+        let mut plan = Plan { timeout: Some(Duration::from_nanos(1)), ..Plan::default() };
+        let s = plan.new_slot();
+        plan.loaded.push((s, Arc::new(scalar(0.0))));
+        let out = plan.new_slot();
+        plan.ops.push(Op { kind: OpKind::Model { model, inputs: vec![s], outputs: vec![out] }, device: "CPU".into() });
+        std::thread::sleep(Duration::from_millis(2));
+        let (tx, rx) = mpsc::channel();
+        Run::submit(plan, &queues, move |run| tx.send(run.timed_out()).unwrap()).unwrap();
+        assert!(rx.recv_timeout(Duration::from_secs(5)).unwrap());
+        assert_eq!(slow.load(Ordering::SeqCst), 0);
+    }
+}
