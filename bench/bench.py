@@ -3,6 +3,9 @@
 1. Throughput and latency of a tiny-model AI.MODELEXECUTE against PING on the same server, 50 clients
    (redis-benchmark), and their ratio.
 2. Idle CPU of a server with the module (queues created, nothing running) against a plain redis-server.
+3. One AI.DAGEXECUTE (TENSORSET |> MODELEXECUTE |> TENSORGET) against the same flow as three commands.
+4. A DAG with two equal compute-heavy branches on CPU and CPU:1 against the same DAG with both on CPU
+   (INTRA_OP_PARALLELISM 1, so each branch uses one core).
 """
 import argparse
 import csv
@@ -112,15 +115,90 @@ def bench_idle(seconds):
         print("%-20s %.3f s CPU (%.2f%% of one core)" % (name, cpu, 100 * cpu / seconds))
 
 
+def latency(fn, n):
+    """Median and p99 of n sequential calls, in ms."""
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
+
+
+def bench_dag_vs_commands(n):
+    import redis
+
+    s = Server()
+    try:
+        r = redis.Redis(port=s.port)
+        with open(os.path.join(DATA, "linear.onnx"), "rb") as f:
+            r.execute_command("AI.MODELSTORE", "lin", "ONNX", "CPU", "BLOB", f.read())
+        blob = bytes(16)
+
+        def three():
+            r.execute_command("AI.TENSORSET", "x", "FLOAT", 1, 4, "BLOB", blob)
+            r.execute_command("AI.MODELEXECUTE", "lin", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+            r.execute_command("AI.TENSORGET", "y", "BLOB")
+
+        def dag():
+            r.execute_command("AI.DAGEXECUTE", "ROUTING", "x", "|>", "AI.TENSORSET", "x", "FLOAT", 1, 4, "BLOB", blob,
+                              "|>", "AI.MODELEXECUTE", "lin", "INPUTS", 1, "x", "OUTPUTS", 1, "y", "|>", "AI.TENSORGET", "y", "BLOB")
+
+        latency(three, n // 10)
+        cmds = latency(three, n)
+        dags = latency(dag, n)
+    finally:
+        s.stop()
+    print("== TENSORSET + MODELEXECUTE + TENSORGET (linear.onnx), %d sequential runs" % n)
+    print("three commands: p50 %.3f ms  p99 %.3f ms" % cmds)
+    print("one DAGEXECUTE: p50 %.3f ms  p99 %.3f ms" % dags)
+    print("DAG/commands p50 ratio: %.3f" % (dags[0] / cmds[0]))
+
+
+def bench_two_devices(n, batch):
+    import redis
+    import struct
+
+    s = Server(extra=["INTRA_OP_PARALLELISM", "1"])
+    try:
+        r = redis.Redis(port=s.port)
+        with open(os.path.join(DATA, "heavy.onnx"), "rb") as f:
+            heavy = f.read()
+        for key, dev in (("h_cpu", "CPU"), ("h_cpu_b", "CPU"), ("h_cpu1", "CPU:1")):
+            r.execute_command("AI.MODELSTORE", key, "ONNX", dev, "BLOB", heavy)
+        r.execute_command("AI.TENSORSET", "x", "FLOAT", batch, 256, "BLOB", struct.pack("<%df" % (batch * 256), *([0.01] * (batch * 256))))
+
+        def dag(second):
+            return lambda: r.execute_command(
+                "AI.DAGEXECUTE", "LOAD", 1, "x", "|>", "AI.MODELEXECUTE", "h_cpu", "INPUTS", 1, "x", "OUTPUTS", 1, "a",
+                "|>", "AI.MODELEXECUTE", second, "INPUTS", 1, "x", "OUTPUTS", 1, "b", "|>", "AI.TENSORGET", "b", "META")
+
+        latency(dag("h_cpu1"), 3)
+        one = latency(dag("h_cpu_b"), n)
+        two = latency(dag("h_cpu1"), n)
+    finally:
+        s.stop()
+    print("== two heavy branches (heavy.onnx, batch %d), %d runs each, INTRA_OP_PARALLELISM 1" % (batch, n))
+    print("both on CPU:       p50 %.1f ms" % one[0])
+    print("on CPU and CPU:1:  p50 %.1f ms" % two[0])
+    print("two-device/one-device latency: %.3f (target <= 0.55 on 2 cores)" % (two[0] / one[0]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200000)
     ap.add_argument("--idle-seconds", type=int, default=10)
+    ap.add_argument("--dag-runs", type=int, default=2000)
+    ap.add_argument("--heavy-runs", type=int, default=20)
+    ap.add_argument("--heavy-batch", type=int, default=256)
     a = ap.parse_args()
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
     bench_execute(a.requests)
     bench_idle(a.idle_seconds)
+    bench_dag_vs_commands(a.dag_runs)
+    bench_two_devices(a.heavy_runs, a.heavy_batch)
 
 
 if __name__ == "__main__":

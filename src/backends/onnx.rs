@@ -239,7 +239,10 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
     macro_rules! prim {
         ($ty:ty, $dt:expr) => {{
             let (shape, data) = v.try_extract_tensor::<$ty>().map_err(backend_err)?;
-            let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut bytes = Vec::with_capacity(std::mem::size_of_val(data));
+            for x in data {
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
             Tensor::from_blob($dt, shape.to_vec(), &bytes)
         }};
     }
