@@ -14,6 +14,22 @@ pub struct Queue {
     pub name: String,
     deque: Mutex<VecDeque<Entry>>,
     cv: Condvar,
+    /// Each worker's CPU-time clock, in creation order (INFO's `ai_queue_<DEV>_bthread_n<i>_used_cpu_total`).
+    clocks: Mutex<Vec<libc::clockid_t>>,
+}
+
+/// The CPU-time clock of the calling thread.
+fn thread_cpu_clock() -> Option<libc::clockid_t> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: pthread_self() is the calling thread; the call only writes `clock`.
+    (unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0).then_some(clock)
+}
+
+/// CPU time consumed so far by the thread owning `clock`, in seconds and microseconds.
+fn cpu_time(clock: libc::clockid_t) -> Option<(i64, i64)> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes `ts`; a clock of a thread that exited just yields an error.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then_some((ts.tv_sec, ts.tv_nsec / 1000))
 }
 
 impl Queue {
@@ -46,7 +62,20 @@ impl Queue {
         }
     }
 
+    /// `(worker number from 1, "seconds.micros")` for every worker of this queue.
+    pub fn worker_cpu(&self) -> Vec<(usize, String)> {
+        self.clocks
+            .lock()
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (i + 1, cpu_time(c).map_or("N/A".into(), |(s, us)| format!("{s}.{us:06}"))))
+            .collect()
+    }
+
     fn work(self: Arc<Self>) {
+        if let Some(clock) = thread_cpu_clock() {
+            self.clocks.lock().push(clock);
+        }
         loop {
             let entry = self.pop_blocking();
             // `step` catches panics of the op itself; this only guards the bookkeeping around it.
@@ -82,7 +111,12 @@ impl Queues {
         if let Some(q) = map.get(device) {
             return Ok(q.clone());
         }
-        let q = Arc::new(Queue { name: device.to_string(), deque: Mutex::new(VecDeque::new()), cv: Condvar::new() });
+        let q = Arc::new(Queue {
+            name: device.to_string(),
+            deque: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            clocks: Mutex::new(Vec::new()),
+        });
         for i in 0..self.threads_per_queue {
             let worker = q.clone();
             // Thread names are limited to 15 bytes by Linux; keep the device visible in `top -H`.
@@ -98,9 +132,10 @@ impl Queues {
         self.workers.load(Ordering::Relaxed)
     }
 
-    pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.map.read().keys().cloned().collect();
-        v.sort();
+    /// Every queue, by name.
+    pub fn all(&self) -> Vec<Arc<Queue>> {
+        let mut v: Vec<Arc<Queue>> = self.map.read().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }
 

@@ -57,5 +57,12 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         let (sys, user) = cpu_time(libc::RUSAGE_THREAD);
         raw::add_info_field_str(ctx, "main_thread_used_cpu_sys", &sys);
         raw::add_info_field_str(ctx, "main_thread_used_cpu_user", &user);
+        for q in crate::exec::queues().all() {
+            // INFO lines are `name:value`: a device's ':' would cut the name short.
+            let dev = q.name.replace(':', "_");
+            for (n, total) in q.worker_cpu() {
+                raw::add_info_field_str(ctx, &format!("queue_{dev}_bthread_n{n}_used_cpu_total"), &total);
+            }
+        }
     }));
 }

@@ -74,6 +74,9 @@ extern "C" fn model_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mu
                 ));
             }
             stats::publish(&model.stats);
+            if let Err(e) = crate::exec::queues().get(&model.spec.device.queue_key()) {
+                log_warning(&format!("redisai: cannot start the queue of device {}: {e}", model.spec.device.name));
+            }
             Box::into_raw(Box::new(Arc::new(model))) as *mut c_void
         }
         Err(e) => {

@@ -57,6 +57,10 @@ fn store(c: &Cmd, spec: ModelSpec) -> Result<()> {
 
 fn finish_store(ctx: *mut raw::RedisModuleCtx, key: &[u8], built: Result<Model>, mut argv: OwnedStrings) {
     let result = built.and_then(|model| {
+        // RedisAI creates the device's queue (and its workers) when a model is stored.
+        queues()
+            .get(&model.spec.device.queue_key())
+            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
         let k = Key::open_name(ctx, key, true);
         k.check_type(&MODEL_TYPE)?;
         let model = Arc::new(model);

@@ -1,0 +1,194 @@
+"""Shared helpers of the model / execution flow tests (test_model.py, test_model_persistence.py,
+test_execution.py): the ONNX test models of tests/data, models generated at test time with the `onnx`
+package, tensor and INFO helpers. Not a test file."""
+
+import os
+import re
+import socket
+import sys
+import time
+
+import numpy as np
+import redis
+
+from conftest import REPO_ROOT, RespError, _encode_command, _RespReader
+
+DATA_DIR = REPO_ROOT / "tests" / "data"
+if str(DATA_DIR) not in sys.path:
+    sys.path.insert(0, str(DATA_DIR))
+
+import weights  # noqa: E402  (tests/data/weights.py)
+
+MODEL_NAMES = ("mul", "linear", "two_outputs", "str_identity", "add_int32", "heavy")
+_BLOBS = {}
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+NOT_IN_TXN = "Cannot run RedisAI command within a transaction or a LUA script"
+
+# module load-time arguments that load ONNX Runtime, when the environment names it
+ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
+
+
+def blob(name):
+    """The bytes of tests/data/<name>.onnx."""
+    if name not in _BLOBS:
+        _BLOBS[name] = (DATA_DIR / f"{name}.onnx").read_bytes()
+    return _BLOBS[name]
+
+
+def store(con, key, name, *opts, device="CPU"):
+    """AI.MODELSTORE <key> ONNX <device> <opts...> BLOB <tests/data/name.onnx>; asserts OK."""
+    reply = con.execute_command("AI.MODELSTORE", key, "ONNX", device, *opts, "BLOB", blob(name))
+    assert reply in (b"OK", "OK"), reply
+    return reply
+
+
+def set_tensor(con, key, arr, dtype=None):
+    """AI.TENSORSET of a numpy array (FLOAT/DOUBLE/INT32/... from the numpy dtype) via BLOB."""
+    arr = np.ascontiguousarray(arr)
+    dtype = dtype or {np.float32: "FLOAT", np.float64: "DOUBLE", np.int32: "INT32", np.int64: "INT64",
+                      np.int8: "INT8", np.int16: "INT16", np.uint8: "UINT8", np.uint16: "UINT16"}[arr.dtype.type]
+    assert con.execute_command("AI.TENSORSET", key, dtype, *arr.shape, "BLOB", arr.tobytes()) in (b"OK", "OK")
+
+
+NP_OF = {b"FLOAT": np.float32, b"DOUBLE": np.float64, b"INT32": np.int32, b"INT64": np.int64, b"INT8": np.int8,
+         b"INT16": np.int16, b"UINT8": np.uint8, b"UINT16": np.uint16}
+
+
+def get_tensor(con, key):
+    """AI.TENSORGET META BLOB -> numpy array (numeric dtypes)."""
+    reply = con.execute_command("AI.TENSORGET", key, "META", "BLOB")
+    assert reply[0] == b"dtype" and reply[2] == b"shape" and reply[4] == b"blob", reply
+    return np.frombuffer(reply[5], dtype=NP_OF[reply[1]]).reshape(reply[3])
+
+
+def model_execute(con, key, inputs, outputs, *extra):
+    return con.execute_command("AI.MODELEXECUTE", key, "INPUTS", len(inputs), *inputs,
+                               "OUTPUTS", len(outputs), *outputs, *extra)
+
+
+def ai_info(con, key):
+    """AI.INFO reply as a dict (keys decoded)."""
+    reply = con.execute_command("AI.INFO", key)
+    assert len(reply) == 18, reply
+    return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
+
+
+def modules_sections(server):
+    """INFO MODULES -> [(section name, [(field, value), ...]), ...] in the order sent."""
+    text = server.raw("INFO", "MODULES")
+    assert not isinstance(text, RespError), text
+    sections = []
+    for line in text.decode().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            sections.append((line[1:].strip(), []))
+            continue
+        assert sections, f"field before any section: {line!r}"
+        k, _, v = line.partition(":")
+        sections[-1][1].append((k, v))
+    return sections
+
+
+def modules_info(server):
+    """INFO MODULES fields of every section as one dict."""
+    out = {}
+    for _, fields in modules_sections(server):
+        out.update(fields)
+    return out
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+class RawClient:
+    """A raw RESP connection: send commands without waiting for their replies (to queue work)."""
+
+    def __init__(self, port, timeout=60.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.reader = _RespReader(self.sock)
+
+    def send(self, *args):
+        self.sock.sendall(_encode_command(args))
+
+    def reply(self):
+        return self.reader.reply()
+
+    def close(self):
+        self.sock.close()
+
+
+def wait_until(predicate, timeout=10.0, interval=0.01):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+# -------------------------------------------------------------------------------------------------
+# models generated at test time (the `onnx` package)
+
+
+def make_model(nodes, inputs, outputs, inits=(), name="gen"):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    model = helper.make_model(graph, producer_name="redisai-rs tests", opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def wide_model():
+    """5 FLOAT inputs a..e [n] -> 3 outputs: s = a+b+c+d+e, p = a, q = b (for the argument-count errors)."""
+    from onnx import TensorProto, helper
+
+    F = TensorProto.FLOAT
+    vi = lambda n: helper.make_tensor_value_info(n, F, ["n"])  # noqa: E731
+    nodes = [helper.make_node("Sum", list("abcde"), ["s"]), helper.make_node("Identity", ["a"], ["p"]),
+             helper.make_node("Identity", ["b"], ["q"])]
+    return make_model(nodes, [vi(n) for n in "abcde"], [vi("s"), vi("p"), vi("q")], name="wide")
+
+
+def big_model(n=3072, seed=5):
+    """y = x @ (A @ B) with A, B [n, n] FLOAT initializers (n=3072: a 72 MiB model). ONNX Runtime folds the
+    constant A @ B when it builds the session (~58 GFLOP), so building it takes a while (about a second on
+    two cores). Returns (blob, A, B)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    F = TensorProto.FLOAT
+    blob_ = make_model([helper.make_node("MatMul", ["A", "B"], ["C"]), helper.make_node("MatMul", ["x", "C"], ["y"])],
+                       [helper.make_tensor_value_info("x", F, ["batch", n])],
+                       [helper.make_tensor_value_info("y", F, ["batch", n])],
+                       [numpy_helper.from_array(a, "A"), numpy_helper.from_array(b, "B")], name="big")
+    return blob_, a, b
+
+
+def is_ok(reply):
+    return reply in (b"OK", "OK")
+
+
+def redis_error_text(fn, *args, **kwargs):
+    """Run fn; return str() of the ResponseError it raises (fails if it does not raise)."""
+    try:
+        r = fn(*args, **kwargs)
+    except redis.exceptions.ResponseError as e:
+        return str(e)
+    raise AssertionError(f"expected an error, got {r!r}")
+
+
+FLOAT_FMT = re.compile(r"^\d+\.\d{6}$")

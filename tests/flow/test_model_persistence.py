@@ -1,0 +1,570 @@
+"""Models across persistence and replication (spec §3.6-3.8): DEBUG RELOAD, SAVE + restart, AOF (command
+stream and rewrite), replicas, DUMP/RESTORE (our own payloads and the ONNX cases recorded from RedisAI in
+/work/shared/compat/redisai-dumps.json), MEMORY USAGE, and models whose backend is unavailable when they
+are loaded (kept; executing them replies the backend error)."""
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+import redis
+
+from conftest import MODULE_PATH, REPO_ROOT, wait_for
+from onnx_models import ai_info, blob, get_tensor, model_execute, modules_info, set_tensor, store, weights
+
+DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
+BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
+
+
+def _onnx_cases():
+    try:
+        with open(DUMPS_PATH) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {c["key"]: c for c in data["cases"] if c.get("kind") == "model" and c["create"][2].upper() == "ONNX"}
+
+
+ONNX_CASES = _onnx_cases()
+
+
+def need_case(key):
+    if key not in ONNX_CASES:
+        pytest.fail(f"recorded case {key!r} not found in {DUMPS_PATH} (set REDISAI_COMPAT_DUMPS)", pytrace=False)
+    return ONNX_CASES[key]
+
+
+def recorded_reply(expected):
+    """The recording's reply form -> what redis-py returns (bulk strings as bytes)."""
+    if isinstance(expected, dict):
+        return bytes.fromhex(expected["hex"])
+    if isinstance(expected, list):
+        return [recorded_reply(e) for e in expected]
+    return expected
+
+
+def payload_body(dump):
+    """A DUMP payload without its trailer (2-byte RDB version + 8-byte CRC64)."""
+    return dump[:-10]
+
+
+# -------------------------------------------------------------------------------------------------
+# a set of models and what is observable about them
+
+MODELS = {  # key: (file, options, device)
+    "m:mul": ("mul", ["TAG", "tag one", "BATCHSIZE", 8, "MINBATCHSIZE", 2, "MINBATCHTIMEOUT", 30], "CPU"),
+    "m:linear": ("linear", [], "cpu:1"),
+    "m:two": ("two_outputs", ["TAG", "2"], "CPU"),
+    "m:str": ("str_identity", [], "CPU"),
+    "m:int": ("add_int32", ["BATCHSIZE", 3], "CPU"),
+    "m:heavy": ("heavy", ["TAG", "big"], "CPU"),
+}
+
+
+def populate(con):
+    for key, (name, opts, dev) in MODELS.items():
+        store(con, key, name, *opts, device=dev)
+    return snapshot(con)
+
+
+def snapshot(con, keys=MODELS):
+    return {k: (con.type(k), con.execute_command("AI.MODELGET", k, "META", "BLOB")) for k in keys}
+
+
+def check_models(con, before, keys=MODELS):
+    """Same META and BLOB as before, all executable with the right results, a fresh AI.INFO entry."""
+    after = snapshot(con, keys)
+    for k in keys:
+        assert after[k] == before[k], f"model {k} changed"
+        assert before[k][1][17] == blob(MODELS[k][0])
+    if "m:mul" in keys:
+        set_tensor(con, "a", np.array([[1.5, -2.0]], dtype=np.float32))
+        assert model_execute(con, "m:mul", ["a", "a"], ["c"]) == b"OK"
+        assert get_tensor(con, "c").tolist() == [[2.25, 4.0]]
+    if "m:linear" in keys:
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        set_tensor(con, "x", x)
+        assert model_execute(con, "m:linear", ["x"], ["y"]) == b"OK"
+        np.testing.assert_allclose(get_tensor(con, "y"), weights.linear(x), rtol=1e-6)
+    if "m:two" in keys:
+        set_tensor(con, "x2", np.array([[1.0, 2.0]], dtype=np.float32))
+        assert model_execute(con, "m:two", ["x2"], ["p", "q"]) == b"OK"
+        assert get_tensor(con, "p").tolist() == [[2.0, 3.0]] and get_tensor(con, "q").tolist() == [[2.0, 4.0]]
+    if "m:str" in keys:
+        con.execute_command("AI.TENSORSET", "s", "STRING", 2, "VALUES", "ab", "γ")
+        assert model_execute(con, "m:str", ["s"], ["t"]) == b"OK"
+        assert con.execute_command("AI.TENSORGET", "t", "VALUES") == [b"ab", "γ".encode()]
+    if "m:int" in keys:
+        set_tensor(con, "i", np.array([5, -7], dtype=np.int32))
+        assert model_execute(con, "m:int", ["i", "i"], ["j"]) == b"OK"
+        assert con.execute_command("AI.TENSORGET", "j", "VALUES") == [10, -14]
+    if "m:heavy" in keys:
+        hx = np.random.default_rng(3).standard_normal((2, 256)).astype(np.float32)
+        set_tensor(con, "hx", hx)
+        assert model_execute(con, "m:heavy", ["hx"], ["hy"]) == b"OK"
+        np.testing.assert_allclose(get_tensor(con, "hy"), weights.heavy(hx), rtol=1e-4, atol=1e-5)
+    for k in keys:
+        info = ai_info(con, k)
+        meta = before[k][1]
+        assert (info["key"], info["type"], info["backend"], info["device"], info["tag"]) == (
+            k.encode(), b"MODEL", b"ONNX", meta[3], meta[5])
+
+
+def run_all_once(con):
+    check_models(con, snapshot(con))
+
+
+# -------------------------------------------------------------------------------------------------
+# RDB
+
+
+def test_debug_reload(server):
+    con = server.client()
+    before = populate(con)
+    run_all_once(con)
+    assert ai_info(con, "m:mul")["calls"] == 1
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    assert con.dbsize() >= len(MODELS)
+    # stats are not persisted: the entry is there again, with zero counters
+    info = ai_info(con, "m:mul")
+    assert (info["calls"], info["samples"], info["errors"], info["duration"]) == (0, 0, 0, 0)
+    assert sorted(con.execute_command("AI._MODELSCAN")) == sorted(
+        [[k.encode(), snapshot(con, [k])[k][1][5]] for k in MODELS])
+    check_models(con, before)
+    # and again, from what our own rdb_save wrote after a reload
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    check_models(con, before)
+
+
+def test_debug_reload_chunked(server):
+    """A small MODEL_CHUNK_SIZE makes the RDB payload chunked (n = len // chunk + 1): still identical."""
+    con = server.client()
+    before = populate(con)
+    con.execute_command("AI.CONFIG", "MODEL_CHUNK_SIZE", 1000)
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    con.execute_command("AI.CONFIG", "MODEL_CHUNK_SIZE", 535822336)
+    check_models(con, before)
+    # a chunk size that divides the blob (the last chunk is empty)
+    con.execute_command("AI.CONFIG", "MODEL_CHUNK_SIZE", len(blob("mul")) // 2)
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    con.execute_command("AI.CONFIG", "MODEL_CHUNK_SIZE", 535822336)
+    check_models(con, before)
+
+
+def test_save_and_restart(server):
+    con = server.client()
+    before = populate(con)
+    set_tensor(con, "keep", np.array([1.0, 2.0], dtype=np.float32))
+    assert con.save() is True
+    server.restart()
+    con = server.client()
+    assert con.execute_command("AI.TENSORGET", "keep", "VALUES") == [b"1", b"2"]
+    check_models(con, before)
+    info = ai_info(con, "m:heavy")
+    assert (info["calls"], info["samples"]) == (1, 2)  # only the run of check_models
+
+
+def test_memory_usage(con):
+    store(con, "h", "heavy")
+    store(con, "m", "mul")
+    assert con.memory_usage("h") >= len(blob("heavy"))
+    assert con.memory_usage("m") >= len(blob("mul"))
+
+
+# -------------------------------------------------------------------------------------------------
+# AOF
+
+
+def parse_resp_commands(data):
+    """An AOF (RESP multi-bulk commands) -> list of argument lists (bytes)."""
+    cmds, i = [], 0
+    while i < len(data):
+        assert data[i:i + 1] == b"*", f"unexpected AOF byte at {i}: {data[i:i + 20]!r}"
+        j = data.index(b"\r\n", i)
+        n = int(data[i + 1:j])
+        i = j + 2
+        args = []
+        for _ in range(n):
+            assert data[i:i + 1] == b"$"
+            j = data.index(b"\r\n", i)
+            ln = int(data[i + 1:j])
+            args.append(data[j + 2:j + 2 + ln])
+            i = j + 2 + ln + 2
+        cmds.append(args)
+    return cmds
+
+
+def aof_files(server):
+    """(base file path, [incr file paths]) of the current multi-part AOF (Redis >= 7)."""
+    d = server.dir / "appendonlydir"
+    manifests = list(d.glob("*.manifest"))
+    assert manifests, f"no AOF manifest in {d}"
+    base, incr = None, []
+    for line in manifests[0].read_text().splitlines():
+        parts = line.split()
+        name = parts[parts.index("file") + 1]
+        kind = parts[parts.index("type") + 1]
+        if kind == "b":
+            base = d / name
+        elif kind == "i":
+            incr.append(d / name)
+    return base, incr
+
+
+def aof_commands(server, which="all"):
+    base, incr = aof_files(server)
+    files = ([base] if which in ("all", "base") and base else []) + (incr if which in ("all", "incr") else [])
+    out = []
+    for f in files:
+        if f.suffix == ".rdb":
+            continue
+        out += parse_resp_commands(f.read_bytes())
+    return out
+
+
+def wait_rewrite_done(server, since):
+    def done():
+        info = server.info("persistence")
+        return (info["aof_rewrite_in_progress"] == "0" and info["aof_rewrite_scheduled"] == "0"
+                and int(info.get("aof_rewrites", "0")) > since)
+    wait_for(done, 30, what="BGREWRITEAOF to finish")
+    assert server.info("persistence")["aof_last_bgrewrite_status"] == "ok"
+
+
+def bgrewriteaof(server, con):
+    wait_for(lambda: server.info("persistence")["aof_rewrite_in_progress"] == "0", 30, what="startup rewrite")
+    since = int(server.info("persistence").get("aof_rewrites", "0"))
+    con.bgrewriteaof()
+    wait_rewrite_done(server, since)
+
+
+@pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")
+def test_aof_rewrite(server):
+    con = server.client()
+    before = populate(con)
+    bgrewriteaof(server, con)
+    base, _ = aof_files(server)
+    assert base.suffix == ".aof", base
+    stores = {c[1].decode(): c for c in aof_commands(server, "base") if c[0].upper() == b"AI.MODELSTORE"}
+    assert set(stores) == set(MODELS)
+    for key, (name, opts, dev) in MODELS.items():
+        meta = before[key][1]
+        cmd = stores[key]
+        # AI.MODELSTORE <key> <backend> <device> TAG <tag> BATCHSIZE n MINBATCHSIZE m MINBATCHTIMEOUT t BLOB <chunk>...
+        assert cmd[0].upper() == b"AI.MODELSTORE"
+        assert cmd[1:13] == [key.encode(), b"ONNX", dev.encode(), b"TAG", meta[5], b"BATCHSIZE", str(meta[7]).encode(),
+                             b"MINBATCHSIZE", str(meta[9]).encode(), b"MINBATCHTIMEOUT", str(meta[15]).encode(),
+                             b"BLOB"]
+        assert b"".join(cmd[13:]) == blob(name)
+    server.restart()
+    con = server.client()
+    check_models(con, before)
+
+
+@pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")
+def test_aof_rewrite_chunked(server):
+    """With a small MODEL_CHUNK_SIZE the rewritten MODELSTORE carries the blob in several BLOB arguments."""
+    con = server.client()
+    store(con, "h", "heavy", "TAG", "t")
+    before = snapshot(con, ["h"])
+    con.execute_command("AI.CONFIG", "MODEL_CHUNK_SIZE", 100000)
+    bgrewriteaof(server, con)
+    (cmd,) = [c for c in aof_commands(server, "base") if c[0].upper() == b"AI.MODELSTORE"]
+    heavy = blob("heavy")
+    chunks = cmd[cmd.index(b"BLOB") + 1:]
+    assert len(chunks) == len(heavy) // 100000 + 1
+    assert all(len(c) == 100000 for c in chunks[:-1]) and b"".join(chunks) == heavy
+    server.restart()
+    con = server.client()
+    assert snapshot(con, ["h"]) == before
+
+
+@pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")
+def test_aof_command_stream(server):
+    """What is propagated (= replicated): MODELSTORE / MODELDEL verbatim, MODELEXECUTE outputs as TENSORSET,
+    nothing for failed commands; restarting from that AOF gives the same state."""
+    con = server.client()
+    mul = blob("mul")
+    assert con.execute_command("ai.modelstore", "m", "onnx", "cpu", "tag", "t1", "BLOB", mul[:60], mul[60:]) == b"OK"
+    with pytest.raises(redis.exceptions.ResponseError):
+        con.execute_command("AI.MODELSTORE", "bad", "ONNX", "CPU", "BLOB", b"garbage")
+    store(con, "gone", "linear")
+    assert con.execute_command("AI.MODELDEL", "gone") == b"OK"
+    a = np.array([[1.5, 2.0], [3.0, -4.0]], dtype=np.float32)
+    set_tensor(con, "a", a)
+    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
+    store(con, "t", "two_outputs")
+    assert model_execute(con, "t", ["a"], ["p", "q"], "TIMEOUT", 10000) == b"OK"
+    with pytest.raises(redis.exceptions.ResponseError):
+        model_execute(con, "m", ["a", "nokey"], ["z"])
+
+    def cmds():
+        return [c for c in aof_commands(server, "incr") if c[0].upper() not in (b"SELECT", b"MULTI", b"EXEC")]
+
+    wait_for(lambda: any(c[0].upper() == b"AI.TENSORSET" and c[1] == b"q" for c in cmds()), 10,
+             what="the outputs in the AOF")
+    got = cmds()
+    names = [c[0].upper() for c in got]
+    assert b"AI.MODELEXECUTE" not in names and b"AI.MODELRUN" not in names
+    assert ["ai.modelstore", "m", "onnx", "cpu", "tag", "t1", "BLOB"] == [x.decode() for x in got[0][:7]]
+    assert got[0][7:] == [mul[:60], mul[60:]]
+    assert not any(c[1] == b"bad" for c in got)
+    assert [b"AI.MODELDEL", b"gone"] in [[c[0].upper(), *c[1:]] for c in got]
+    tensorsets = {c[1]: c for c in got if c[0].upper() == b"AI.TENSORSET"}
+    assert set(tensorsets) == {b"a", b"c", b"p", b"q"}
+    assert [x.upper() for x in tensorsets[b"c"][:1]] + tensorsets[b"c"][1:] == [
+        b"AI.TENSORSET", b"c", b"FLOAT", b"2", b"2", b"BLOB", (a * a).tobytes()]
+    assert tensorsets[b"p"][1:] == [b"p", b"FLOAT", b"2", b"2", b"BLOB", (a + np.float32(1)).tobytes()]
+    assert tensorsets[b"q"][1:] == [b"q", b"FLOAT", b"2", b"2", b"BLOB", (a * np.float32(2)).tobytes()]
+    before = {k: con.execute_command("AI.TENSORGET", k, "META", "BLOB") for k in ("a", "c", "p", "q")}
+    meta = con.execute_command("AI.MODELGET", "m", "META", "BLOB")
+    server.restart()
+    con = server.client()
+    assert con.exists("gone") == 0 and con.exists("bad") == 0 and con.exists("z") == 0
+    assert con.execute_command("AI.MODELGET", "m", "META", "BLOB") == meta
+    assert {k: con.execute_command("AI.TENSORGET", k, "META", "BLOB") for k in before} == before
+    # the model was not re-run when the AOF was loaded
+    assert ai_info(con, "m")["calls"] == 0
+    assert model_execute(con, "m", ["a", "a"], ["c2"]) == b"OK"
+    assert get_tensor(con, "c2").tobytes() == (a * a).tobytes()
+
+
+# -------------------------------------------------------------------------------------------------
+# replication
+
+
+def wait_replicas(con, n=1):
+    assert con.execute_command("WAIT", n, 10000) == n
+
+
+def test_replication(make_server, make_replica):
+    master = make_server(name="master")
+    mcon = master.client()
+    store(mcon, "early", "linear", "TAG", "full sync")  # reaches the replica through the full sync (RDB)
+    replica = make_replica(master)
+    rcon = replica.client()
+    assert rcon.execute_command("AI.MODELGET", "early", "META", "BLOB") == mcon.execute_command(
+        "AI.MODELGET", "early", "META", "BLOB")
+
+    # stored after the link is up: MODELSTORE is replicated verbatim, the replica builds the model itself
+    store(mcon, "m", "mul", "TAG", "v1")
+    store(mcon, "h", "heavy", device="CPU:1")
+    wait_replicas(mcon)
+    for k in ("m", "h"):
+        assert rcon.execute_command("AI.MODELGET", k, "META", "BLOB") == mcon.execute_command(
+            "AI.MODELGET", k, "META", "BLOB")
+        assert ai_info(rcon, k)["calls"] == 0
+
+    # MODELEXECUTE: the outputs reach the replica as tensors; the model is not run there
+    a = np.random.default_rng(4).standard_normal((3, 2)).astype(np.float32)
+    set_tensor(mcon, "a", a)
+    assert model_execute(mcon, "m", ["a", "a"], ["c"]) == b"OK"
+    hx = np.random.default_rng(5).standard_normal((4, 256)).astype(np.float32)
+    set_tensor(mcon, "hx", hx)
+    assert model_execute(mcon, "h", ["hx"], ["hy"]) == b"OK"
+    assert mcon.execute_command("AI.MODELRUN", "m", "INPUTS", "a", "a", "OUTPUTS", "c_run") == b"OK"
+    wait_replicas(mcon)
+    for k in ("c", "hy", "c_run"):
+        assert rcon.execute_command("AI.TENSORGET", k, "META", "BLOB") == mcon.execute_command(
+            "AI.TENSORGET", k, "META", "BLOB")
+    assert get_tensor(rcon, "c").tobytes() == (a * a).tobytes()
+    for k in ("m", "h"):
+        assert ai_info(rcon, k)["calls"] == 0
+    assert ai_info(mcon, "m")["calls"] == 2 and ai_info(mcon, "h")["calls"] == 1
+
+    # replacing and deleting
+    store(mcon, "m", "linear", "TAG", "v2")
+    wait_replicas(mcon)
+    assert rcon.execute_command("AI.MODELGET", "m", "META") == mcon.execute_command("AI.MODELGET", "m", "META")
+    assert rcon.execute_command("AI.MODELGET", "m", "META")[5] == b"v2"
+    assert mcon.execute_command("AI.MODELDEL", "m") == b"OK"
+    wait_replicas(mcon)
+    assert rcon.exists("m") == 0
+    with pytest.raises(redis.exceptions.ResponseError):
+        rcon.execute_command("AI.INFO", "m")
+
+    # a store followed at once by a delete: the replica must end without the key (ordering kept)
+    store(mcon, "quick", "heavy")
+    mcon.execute_command("AI.MODELDEL", "quick")
+    store(mcon, "quick2", "heavy", "TAG", "a")
+    store(mcon, "quick2", "mul", "TAG", "b")
+    wait_replicas(mcon)
+    time.sleep(0.3)
+    assert rcon.exists("quick") == 0
+    assert rcon.execute_command("AI.MODELGET", "quick2", "META", "BLOB") == mcon.execute_command(
+        "AI.MODELGET", "quick2", "META", "BLOB")
+    assert sorted(rcon.execute_command("AI._MODELSCAN")) == sorted(mcon.execute_command("AI._MODELSCAN"))
+
+    # the replica can run the models it got
+    set_tensor(mcon, "x", np.ones((1, 4), dtype=np.float32))
+    wait_replicas(mcon)
+    with pytest.raises(redis.exceptions.ResponseError):  # read-only replica: no writes of outputs
+        rcon.execute_command("AI.TENSORSET", "zz", "FLOAT", 1)
+    assert rcon.execute_command("AI.MODELGET", "early", "META")[5] == b"full sync"
+
+
+# -------------------------------------------------------------------------------------------------
+# DUMP / RESTORE
+
+
+def test_dump_restore_round_trip(con):
+    store(con, "m", "heavy", "TAG", "t", "BATCHSIZE", 16, "MINBATCHSIZE", 4, "MINBATCHTIMEOUT", 3, device="CPU:1")
+    before = con.execute_command("AI.MODELGET", "m", "META", "BLOB")
+    payload = con.dump("m")
+    assert payload is not None
+    assert con.restore("copy", 0, payload) == b"OK"
+    assert con.type("copy") == b"AI__MODEL"
+    assert con.execute_command("AI.MODELGET", "copy", "META", "BLOB") == before
+    info = ai_info(con, "copy")
+    assert (info["key"], info["tag"], info["device"], info["calls"]) == (b"copy", b"t", b"CPU:1", 0)
+    hx = np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)
+    set_tensor(con, "hx", hx)
+    assert model_execute(con, "copy", ["hx"], ["hy"]) == b"OK"
+    np.testing.assert_allclose(get_tensor(con, "hy"), weights.heavy(hx), rtol=1e-4, atol=1e-5)
+    # our DUMP of the copy is the same payload
+    assert con.dump("copy") == payload
+    # RESTORE ... REPLACE over another model swaps it
+    store(con, "other", "mul")
+    with pytest.raises(redis.exceptions.ResponseError):
+        con.restore("other", 0, payload)  # BUSYKEY
+    assert con.restore("other", 0, payload, replace=True) == b"OK"
+    assert con.execute_command("AI.MODELGET", "other", "META", "BLOB") == before
+    assert ai_info(con, "other")["tag"] == b"t"
+    assert sorted(con.execute_command("AI._MODELSCAN")) == [[b"copy", b"t"], [b"m", b"t"], [b"other", b"t"]]
+
+
+def check_recorded_replies(con, case, key=None):
+    for r in case["replies"]:
+        cmd = list(r["cmd"])
+        if key is not None:
+            cmd[1] = key
+        assert con.execute_command(*cmd) == recorded_reply(r["reply"]), cmd
+
+
+def recorded_model_function(model_blob):
+    """Work out what a recorded ONNX model computes (with the onnx package) -> (input names, fn)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load_from_string(model_blob)
+    g = m.graph
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    ops = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
+    inputs = [i.name for i in g.input if i.name not in inits]
+    if [o[0] for o in ops] == ["MatMul", "Add"]:
+        (_, (x, w), (xw,)), (_, add_in, (y,)) = ops
+        b_name = [n for n in add_in if n != xw][0]
+        W, Bv = inits[w], inits[b_name]
+        assert [o.name for o in g.output] == [y]
+        return inputs, (lambda feeds: [feeds[x] @ W + Bv]), W.shape[0]
+    if [o[0] for o in ops] == ["Add"]:
+        (_, (p, q), (y,)), = ops
+        return inputs, (lambda feeds: [feeds[p] + feeds[q]]), None
+    raise AssertionError(f"unexpected recorded model graph: {ops}")
+
+
+@pytest.mark.parametrize("key", ["m:onnx", "m:onnx1"])
+def test_restore_recorded_onnx(con, key):
+    case = need_case(key)
+    recorded = bytes.fromhex(case["dump_hex"])
+    assert con.restore(key, 0, recorded) == b"OK"
+    assert con.type(key) == b"AI__MODEL"
+    check_recorded_replies(con, case)
+    model_blob = con.execute_command("AI.MODELGET", key, "BLOB")
+    create_blob = bytes.fromhex(case["create"][-1])
+    assert model_blob == create_blob
+    meta = con.execute_command("AI.MODELGET", key, "META")
+    inputs, fn, width = recorded_model_function(model_blob)
+    assert [i.encode() for i in inputs] == meta[11]
+    rng = np.random.default_rng(11)
+    feeds = {}
+    for name in inputs:
+        arr = rng.standard_normal((2, width) if width else (5,)).astype(np.float32)
+        feeds[name] = arr
+        set_tensor(con, "in:" + name, arr)
+    outs = [o.decode() for o in meta[13]]
+    assert model_execute(con, key, ["in:" + n for n in inputs], ["out:" + o for o in outs]) == b"OK"
+    for o, want in zip(outs, fn(feeds)):
+        np.testing.assert_allclose(get_tensor(con, "out:" + o), want, rtol=1e-5, atol=1e-6)
+    info = ai_info(con, key)
+    assert (info["calls"], info["errors"], info["device"], info["tag"]) == (1, 0, meta[3], meta[5])
+
+
+@pytest.mark.parametrize("key", ["m:onnx", "m:onnx1"])
+def test_dump_payload_matches_redisai_onnx(con, key):
+    """Our rdb_save writes RedisAI's encver-4 model layout: DUMP equals the recorded payload apart from the
+    trailer, both after RESTORE and after storing the recorded `create` command."""
+    case = need_case(key)
+    recorded = bytes.fromhex(case["dump_hex"])
+    con.restore("restored", 0, recorded)
+    assert payload_body(con.dump("restored")) == payload_body(recorded)
+    args = [bytes.fromhex(a) if h else a for a, h in zip(case["create"], case["create_bytes_hex"])]
+    assert con.execute_command(*args) == b"OK"
+    assert payload_body(con.dump(key)) == payload_body(recorded)
+    check_recorded_replies(con, case)
+
+
+@pytest.mark.parametrize("key", ["m:onnx", "m:onnx1"])
+def test_restore_recorded_then_reload(con, key):
+    case = need_case(key)
+    con.restore(key, 0, bytes.fromhex(case["dump_hex"]))
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    check_recorded_replies(con, case)
+    assert ai_info(con, key)["calls"] == 0
+
+
+# -------------------------------------------------------------------------------------------------
+# models whose backend is not available when they are loaded
+
+
+def _without_onnx(server):
+    """Make `server` start with a bogus ONNX path from now on."""
+    server.load_module = False
+    server.server_args = ["--loadmodule", MODULE_PATH, "ONNX", BOGUS_ONNX]
+
+
+def _with_onnx(server):
+    server.load_module = True
+    server.server_args = []
+
+
+def test_models_kept_without_backend(server):
+    con = server.client()
+    before = populate(con)
+    assert con.save() is True
+    _without_onnx(server)
+    server.restart()
+    con = server.client()
+    # the models are kept, with their metadata and payload
+    assert snapshot(con) == before
+    assert sorted(k for k, _ in con.execute_command("AI._MODELSCAN")) == sorted(k.encode() for k in MODELS)
+    assert "ai_onnxruntime_version" not in modules_info(server)
+    with pytest.raises(redis.exceptions.ResponseError) as e:
+        con.execute_command("AI.MODELSTORE", "new", "ONNX", "CPU", "BLOB", blob("mul"))
+    assert f"Could not load backend ONNX from {BOGUS_ONNX}" in str(e.value), str(e.value)
+    # executing one replies the backend error
+    set_tensor(con, "a", np.array([[1.0]], dtype=np.float32))
+    with pytest.raises(redis.exceptions.ResponseError) as e:
+        model_execute(con, "m:mul", ["a", "a"], ["c"])
+    assert "Could not load backend ONNX" in str(e.value), str(e.value)
+    assert con.exists("c") == 0
+    # RESTORE of a recorded ONNX model works too and keeps it
+    case = need_case("m:onnx")
+    assert con.restore("m:onnx", 0, bytes.fromhex(case["dump_hex"])) == b"OK"
+    check_recorded_replies(con, case)
+    # and both survive a reload / save done without the backend
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    assert snapshot(con) == before
+    check_recorded_replies(con, case)
+    assert con.save() is True
+    # back with the backend: everything runs
+    _with_onnx(server)
+    server.restart()
+    con = server.client()
+    check_models(con, before)
+    check_recorded_replies(con, case)
+    set_tensor(con, "x3", np.ones((2, 3), dtype=np.float32))
+    assert model_execute(con, "m:onnx", ["x3"], ["y3"]) == b"OK"
+    assert get_tensor(con, "y3").tolist() == [[9.5, 11.5], [9.5, 11.5]]
