@@ -56,8 +56,11 @@ const SEP: &[u8] = b"|>";
 
 /// `<n> <key>...` after LOAD or PERSIST.
 fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -> Result<Vec<&'a [u8]>> {
-    let count =
-        argv.get(pos + 1).ok_or_else(|| err(&format!("missing arguments after {what} keyword in DAG command")))?;
+    // RedisAI wants a count and at least one key after the keyword before it looks at the count.
+    if argv.len() < pos + 3 {
+        return Err(err(&format!("missing arguments after {what} keyword in DAG command")));
+    }
+    let count = argv[pos + 1];
     let n = parse_i64(count)
         .filter(|&n| n > 0)
         .ok_or_else(|| err(&format!("invalid or negative value found in number of keys to {what}")))?
