@@ -29,7 +29,6 @@ import weights  # noqa: E402  (tests/data/weights.py)
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 # Model tests need ONNX Runtime: the module finds it through REDISAI_ONNX_LIB or the path compiled in by
 # `make build`; when it is missing they fail (never skip).
-needs_onnx = pytest.mark.usefixtures()
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 E_EMPTY_TENSOR = "tensor key is empty or in a different shard"
@@ -301,7 +300,6 @@ def test_dag_op_errors(con):
     assert keys_of(con) == ["v"]
 
 
-@needs_onnx
 def test_dag_model_op_errors(con):
     tset(con, "v", X24)
     store(con, "m", "mul")
@@ -458,7 +456,6 @@ def test_dag_simple_string_replies(server):
 # model ops
 
 
-@needs_onnx
 def test_dag_modelexecute_values(con):
     store(con, "lin", "linear")
     store(con, "two", "two_outputs", "CPU:1")
@@ -480,7 +477,6 @@ def test_dag_modelexecute_values(con):
     assert keys_of(con) == ["lin", "mul", "p", "two", "x", "y"]
 
 
-@needs_onnx
 def test_dag_op_output_named_like_loaded_key(con):
     """An op writing a name that was LOADed gets a new value inside the DAG; the key is untouched without
     PERSIST, and replaced with PERSIST."""
@@ -510,7 +506,6 @@ def test_dag_op_output_named_like_loaded_key(con):
     assert keys_of(con) == ["a", "lin", "two"]
 
 
-@needs_onnx
 def test_dag_tensorget_of_computed_value_survives_later_failure(con):
     store(con, "lin", "linear")
     store(con, "mul", "mul")
@@ -530,7 +525,6 @@ def test_dag_tensorget_of_computed_value_survives_later_failure(con):
     assert keys_of(con) == ["lin", "mul"]  # nothing persisted after a failure
 
 
-@needs_onnx
 def test_dagrun_with_modelrun(con):
     store(con, "lin", "linear", "CPU:1")
     store(con, "two", "two_outputs")
@@ -592,7 +586,6 @@ def pipeline_expected(x):
     return h, temp1, e, e + 1
 
 
-@needs_onnx
 def test_dag_multidevice_pipeline_ensemble_alias(con):
     store_pipeline_models(con)
     x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
@@ -620,7 +613,6 @@ def test_dag_multidevice_pipeline_ensemble_alias(con):
         assert (info["calls"], info["samples"], info["errors"]) == (calls, 2 * calls, 0), (key, info)
 
 
-@needs_onnx
 @pytest.mark.parametrize("bad", [np.arange(6, dtype=np.int32).reshape(2, 3), np.ones(3, dtype=np.float32)],
                          ids=["int32", "rank1"])
 def test_dag_multidevice_pipeline_ensemble_failure(con, bad):
@@ -647,7 +639,6 @@ def test_dag_multidevice_pipeline_ensemble_failure(con, bad):
     assert (info["calls"], info["errors"], info["samples"]) == (1, 0, 2), info
 
 
-@needs_onnx
 def test_dag_multidevice_branch_failure(con):
     """One branch fails (CPU:1, rank-1 input to mul.onnx) while the other (CPU) may or may not have run yet:
     [OK, OK, OK|NA, <error>, NA, NA], nothing persisted."""
@@ -666,7 +657,6 @@ def test_dag_multidevice_branch_failure(con):
         assert con.exists("out{1}") == 0
 
 
-@needs_onnx
 def test_dag_ai_info_stats(con):
     store(con, "lin", "linear")
     store(con, "lin1", "linear", "CPU:1")
@@ -706,7 +696,6 @@ def blocked_clients(srv):
     return int(srv.info("clients")["blocked_clients"])
 
 
-@needs_onnx
 def test_dag_timeout_while_queue_busy(server):
     con = server.client()
     store(con, "heavy", "heavy", "CPU")
@@ -767,7 +756,6 @@ def test_dag_timeout_while_queue_busy(server):
 # replication, read-only replicas
 
 
-@needs_onnx
 def test_dag_persist_replication(make_server, make_replica):
     master = make_server(server_args=["--appendonly", "yes", "--appendfsync", "always"])
     replica = make_replica(master)
@@ -812,7 +800,6 @@ def test_dag_persist_replication(make_server, make_replica):
     assert rcon.exists("z") == 0
 
 
-@needs_onnx
 def test_dag_ro_on_replica(make_server, make_replica):
     master = make_server()
     replica = make_replica(master)
@@ -906,7 +893,6 @@ def thread_cpu_ticks(pid, tid):
     return int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
 
 
-@needs_onnx
 @pytest.mark.module_args("INTRA_OP_PARALLELISM", "1")
 @pytest.mark.skipif(os.cpu_count() < 2, reason="needs two CPUs to run two device queues at once")
 def test_dag_two_devices_run_in_parallel(server):
