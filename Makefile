@@ -25,10 +25,15 @@ ORT_LIB := $(ORT_DIR)/lib/libonnxruntime.so.$(ORT_VERSION)
 # script watching it never sees it change between them.
 export REDISAI_ONNX_LIB_DIR := $(ORT_DIR)/lib
 
+# TensorFlow: libtensorflow_cc.so.2 + libtensorflow_framework.so.2 from the tensorflow-cpu wheel.
+TF_DIR := $(shell scripts/fetch-backend.sh --dir tensorflow)
+TF_LIB := $(TF_DIR)/lib/libtensorflow_cc.so.2
+export REDISAI_TF_LIB_DIR := $(TF_DIR)/lib
+
 # Run again on the alternative servers (Redis 8.2, Valkey 9.1).
 MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
-PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB)
+PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB)
 
 .PHONY: help build run test bench lint clean fetch-backends venv
 
@@ -53,9 +58,9 @@ build: fetch-backends ## Build target/release/libredisai.so (cargo build --relea
 	cargo build --release
 	test -f $(MODULE)
 
-run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module and ONNX Runtime
+run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 \
-	  --loadmodule $(MODULE) ONNX $(ORT_LIB)
+	  --loadmodule $(MODULE) ONNX $(ORT_LIB) TF $(TF_LIB)
 
 test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8.2 and Valkey 9.1
 	cargo test --release

@@ -12,6 +12,7 @@ fn main() {
     println!("cargo:rustc-env=REDISAI_GIT_SHA={sha}");
     // The default ONNX Runtime path is compiled in (src/backends/onnx.rs); rebuild when it moves.
     println!("cargo:rerun-if-env-changed=REDISAI_ONNX_LIB_DIR");
+    println!("cargo:rerun-if-env-changed=REDISAI_TF_LIB_DIR");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
 }

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "onnx")]
 pub mod onnx;
+#[cfg(feature = "tensorflow")]
+pub mod tensorflow;
 
 use std::sync::Arc;
 
@@ -31,6 +33,8 @@ pub fn load_model(backend: BackendKind, blob: Arc<[u8]>, opts: &LoadOptions) -> 
     match backend {
         #[cfg(feature = "onnx")]
         BackendKind::Onnx => onnx::load(blob, opts),
+        #[cfg(feature = "tensorflow")]
+        BackendKind::Tf => tensorflow::load(blob, opts),
         other => {
             let _ = (blob, opts);
             Err(Error::Generic(format!("Could not load backend {}: not built into this module", other.name())))
@@ -41,6 +45,10 @@ pub fn load_model(backend: BackendKind, blob: Arc<[u8]>, opts: &LoadOptions) -> 
 /// `(INFO field, version)` of every backend loaded so far, for INFO's ai_backends_info.
 pub fn loaded_versions() -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
+    #[cfg(feature = "tensorflow")]
+    if let Some(ver) = tensorflow::version() {
+        v.push(("TensorFlow_version", ver));
+    }
     #[cfg(feature = "onnx")]
     if let Some(ver) = onnx::version() {
         v.push(("onnxruntime_version", ver));
@@ -53,9 +61,19 @@ pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
     match backend {
         #[cfg(feature = "onnx")]
         BackendKind::Onnx => onnx::load_library(path),
+        #[cfg(feature = "tensorflow")]
+        BackendKind::Tf => tensorflow::load_library(path),
         _ => {
             let _ = path;
             Err(Error::Generic("error loading backend".into()))
         }
+    }
+}
+
+/// A relative backend path is taken relative to BACKENDSPATH, as RedisAI does.
+pub fn resolve_path(path: &str) -> String {
+    match &crate::config::CONFIG.read().backends_path {
+        Some(base) if !path.starts_with('/') => format!("{base}/{path}"),
+        _ => path.to_string(),
     }
 }

@@ -30,17 +30,9 @@ fn default_path() -> Option<String> {
     option_env!("REDISAI_ONNX_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}"))
 }
 
-/// A relative path is taken relative to BACKENDSPATH, as RedisAI does.
-fn resolve(path: &str) -> String {
-    match &CONFIG.read().backends_path {
-        Some(base) if !path.starts_with('/') => format!("{base}/{path}"),
-        _ => path.to_string(),
-    }
-}
-
 fn configured_path() -> Option<String> {
     let given = CONFIG.read().backend_libs.iter().rev().find(|(b, _)| b == "ONNX").map(|(_, p)| p.clone());
-    given.map(|p| resolve(&p)).or_else(default_path)
+    given.map(|p| super::resolve_path(&p)).or_else(default_path)
 }
 
 fn open(path: &str) -> Result<Arc<Runtime>> {
@@ -73,7 +65,7 @@ pub fn load_library(path: &str) -> Result<()> {
     if rt.is_some() {
         return Err(Error::Generic("error loading backend".into()));
     }
-    *rt = Some(open(&resolve(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
+    *rt = Some(open(&super::resolve_path(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
     Ok(())
 }
 

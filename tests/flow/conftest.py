@@ -50,6 +50,7 @@ REPO_ROOT = FLOW_DIR.parent.parent
 MODULE_PATH = os.environ.get("REDISAI_MODULE") or str(REPO_ROOT / "target" / "release" / "libredisai.so")
 SERVER_BIN = os.environ.get("REDIS_SERVER") or "redis-server"
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
+TF_LIB = os.environ.get("REDISAI_TF_LIB")
 LOG_TAIL_LINES = int(os.environ.get("REDISAI_LOG_TAIL", "200"))
 
 START_TIMEOUT = 30.0  # seconds for a server to answer PING (loading a big AOF/RDB can take a while)
@@ -249,6 +250,8 @@ class RedisServer:
         args = []
         if ONNX_LIB:
             args += ["ONNX", ONNX_LIB]
+        if TF_LIB:
+            args += ["TF", TF_LIB]
         return args + self.module_args
 
     def argv(self):

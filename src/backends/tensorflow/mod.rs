@@ -1,0 +1,344 @@
+//! TensorFlow graphs (RedisAI's `TF` backend): a frozen GraphDef plus the input and output op names given
+//! at store time, run through TensorFlow's C API from the PyPI `tensorflow-cpu` wheel's libtensorflow_cc.
+
+mod ffi;
+
+use std::ffi::{CStr, CString};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{LoadOptions, LoadedModel};
+use crate::config::CONFIG;
+use crate::device::DeviceKind;
+use crate::error::{Error, Result};
+use crate::tensor::{DataType, Tensor};
+use ffi::Api;
+
+const LIB_NAME: &str = "libtensorflow_cc.so.2";
+
+static RUNTIME: Mutex<Option<Arc<Api>>> = Mutex::new(None);
+
+fn default_path() -> Option<String> {
+    option_env!("REDISAI_TF_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}"))
+}
+
+fn configured_path() -> Option<String> {
+    let given = CONFIG.read().backend_libs.iter().rev().find(|(b, _)| b == "TF").map(|(_, p)| p.clone());
+    given.map(|p| super::resolve_path(&p)).or_else(default_path)
+}
+
+fn open(path: &str) -> Result<Arc<Api>> {
+    Api::open(path).map(Arc::new).map_err(|e| Error::Generic(format!("Could not load backend TF from {path}: {e}")))
+}
+
+fn runtime() -> Result<Arc<Api>> {
+    let mut rt = RUNTIME.lock();
+    if let Some(api) = rt.as_ref() {
+        return Ok(api.clone());
+    }
+    let path = configured_path().ok_or_else(|| {
+        Error::Generic("Could not load backend TF: no library path (load-time argument TF <path>)".into())
+    })?;
+    let api = open(&path)?;
+    *rt = Some(api.clone());
+    Ok(api)
+}
+
+/// `AI.CONFIG LOADBACKEND TF <path>`.
+pub fn load_library(path: &str) -> Result<()> {
+    let mut rt = RUNTIME.lock();
+    if rt.is_some() {
+        return Err(Error::Generic("error loading backend".into()));
+    }
+    *rt = Some(open(&super::resolve_path(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
+    Ok(())
+}
+
+pub fn version() -> Option<String> {
+    let api = RUNTIME.lock().clone()?;
+    // SAFETY: TF_Version returns a static NUL-terminated string.
+    Some(unsafe { CStr::from_ptr((api.version)()) }.to_string_lossy().into_owned())
+}
+
+/// A TF_Status, deleted on drop.
+struct Status<'a>(&'a Api, *mut ffi::Status);
+
+impl<'a> Status<'a> {
+    fn new(api: &'a Api) -> Status<'a> {
+        // SAFETY: TF_NewStatus has no preconditions.
+        Status(api, unsafe { (api.new_status)() })
+    }
+    /// TensorFlow's message, as RedisAI passed it on (no `ERR`, one line at reply time).
+    fn check(&self) -> Result<()> {
+        // SAFETY: self.1 is a live status; TF_Message returns a string owned by it, copied here.
+        unsafe {
+            if (self.0.get_code)(self.1) == 0 {
+                Ok(())
+            } else {
+                Err(Error::Plain(CStr::from_ptr((self.0.message)(self.1)).to_string_lossy().into_owned()))
+            }
+        }
+    }
+}
+
+impl Drop for Status<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by TF_NewStatus, deleted once.
+        unsafe { (self.0.delete_status)(self.1) }
+    }
+}
+
+/// Tensors we own, deleted on drop (TF_SessionRun does not take the inputs).
+struct Tensors<'a>(&'a Api, Vec<*mut ffi::Tensor>);
+
+impl Drop for Tensors<'_> {
+    fn drop(&mut self) {
+        for &t in &self.1 {
+            if !t.is_null() {
+                // SAFETY: every non-null pointer here is a tensor we own, deleted once.
+                unsafe { (self.0.delete_tensor)(t) }
+            }
+        }
+    }
+}
+
+pub struct TfModel {
+    api: Arc<Api>,
+    graph: *mut ffi::Graph,
+    session: *mut ffi::Session,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    input_ops: Vec<ffi::Output>,
+    output_ops: Vec<ffi::Output>,
+}
+
+// SAFETY: a TF_Session may run from several threads at once (TensorFlow documents Session::Run as
+// thread-safe); the graph is never changed after the session is created; both are freed in Drop only.
+unsafe impl Send for TfModel {}
+unsafe impl Sync for TfModel {}
+
+/// ConfigProto with intra_op_parallelism_threads (field 2) and inter_op_parallelism_threads (field 5).
+fn config_proto(intra: usize, inter: usize) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (tag, n) in [(0x10u8, intra), (0x28u8, inter)] {
+        if n > 0 {
+            v.push(tag);
+            let mut n = n as u64;
+            while n >= 0x80 {
+                v.push((n as u8) | 0x80);
+                n >>= 7;
+            }
+            v.push(n as u8);
+        }
+    }
+    v
+}
+
+/// `name` or `name:<index>`.
+fn split_output_name(name: &str) -> (&str, i32) {
+    match name.rsplit_once(':') {
+        Some((op, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => (op, idx.parse().unwrap_or(0)),
+        _ => (name, 0),
+    }
+}
+
+pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+    let api = runtime()?;
+    if opts.device.kind == DeviceKind::Gpu {
+        return Err(Error::Generic("GPU requested but TF couldn't find CUDA".into()));
+    }
+    let a = &*api;
+    let status = Status::new(a);
+    // SAFETY (this block): every pointer passed was just created by the same library and is live;
+    // the GraphDef buffer is copied by TF_NewBufferFromString; objects are freed on every path.
+    unsafe {
+        let graph = (a.new_graph)();
+        let buf = (a.new_buffer_from_string)(blob.as_ptr().cast(), blob.len());
+        let import = (a.new_import_options)();
+        (a.import_graph_def)(graph, buf, import, status.1);
+        (a.delete_import_options)(import);
+        (a.delete_buffer)(buf);
+        let mut model = TfModel {
+            api: api.clone(),
+            graph,
+            session: std::ptr::null_mut(),
+            inputs: opts.inputs.clone(),
+            outputs: opts.outputs.clone(),
+            input_ops: Vec::new(),
+            output_ops: Vec::new(),
+        };
+        status.check()?;
+        for (names, ops, what, dot) in
+            [(&opts.inputs, &mut model.input_ops, "Input", "."), (&opts.outputs, &mut model.output_ops, "Output", "")]
+        {
+            for name in names {
+                let (op_name, index) = split_output_name(name);
+                let c = CString::new(op_name)
+                    .map_err(|_| Error::Generic(format!("{what} node named \"{name}\" not found in TF graph{dot}")))?;
+                let op = (a.operation_by_name)(graph, c.as_ptr());
+                if op.is_null() || index >= (a.operation_num_outputs)(op) {
+                    return Err(Error::Generic(format!("{what} node named \"{name}\" not found in TF graph{dot}")));
+                }
+                ops.push(ffi::Output { oper: op, index });
+            }
+        }
+        let session_opts = (a.new_session_options)();
+        let config = config_proto(opts.intra_op_threads, opts.inter_op_threads);
+        (a.set_config)(session_opts, config.as_ptr().cast(), config.len(), status.1);
+        if status.check().is_ok() {
+            model.session = (a.new_session)(graph, session_opts, status.1);
+        }
+        (a.delete_session_options)(session_opts);
+        status.check()?;
+        Ok(Box::new(model))
+    }
+}
+
+impl Drop for TfModel {
+    fn drop(&mut self) {
+        let a = &*self.api;
+        let status = Status::new(a);
+        // SAFETY: the session and graph belong to this model and are freed once, session first.
+        unsafe {
+            if !self.session.is_null() {
+                (a.close_session)(self.session, status.1);
+                (a.delete_session)(self.session, status.1);
+            }
+            (a.delete_graph)(self.graph);
+        }
+    }
+}
+
+fn tf_type(t: DataType) -> i32 {
+    match t {
+        DataType::Float => ffi::TF_FLOAT,
+        DataType::Double => ffi::TF_DOUBLE,
+        DataType::Int8 => ffi::TF_INT8,
+        DataType::Int16 => ffi::TF_INT16,
+        DataType::Int32 => ffi::TF_INT32,
+        DataType::Int64 => ffi::TF_INT64,
+        DataType::Uint8 => ffi::TF_UINT8,
+        DataType::Uint16 => ffi::TF_UINT16,
+        DataType::Bool => ffi::TF_BOOL,
+        DataType::String => ffi::TF_STRING,
+    }
+}
+
+fn our_type(t: i32) -> Option<DataType> {
+    DataType::ALL.into_iter().find(|&d| tf_type(d) == t)
+}
+
+impl TfModel {
+    fn make_input(&self, t: &Tensor) -> Result<*mut ffi::Tensor> {
+        let a = &*self.api;
+        let dims = t.shape();
+        let strings = t.dtype() == DataType::String;
+        let bytes = if strings { t.len() * std::mem::size_of::<ffi::TString>() } else { t.data().len() };
+        // SAFETY: TF_AllocateTensor returns a tensor of `bytes` writable bytes; for STRING each 24-byte slot
+        // is initialised with TF_StringInit before TF_StringCopy fills it.
+        unsafe {
+            let out = (a.allocate_tensor)(tf_type(t.dtype()), dims.as_ptr(), dims.len() as i32, bytes);
+            if out.is_null() {
+                return Err(Error::Plain("TensorFlow could not allocate an input tensor".into()));
+            }
+            let data = (a.tensor_data)(out);
+            if strings {
+                let slots = data as *mut ffi::TString;
+                for i in 0..t.len() {
+                    let s = t.string_at(i);
+                    (a.string_init)(slots.add(i));
+                    (a.string_copy)(slots.add(i), s.as_ptr().cast(), s.len());
+                }
+            } else if bytes > 0 {
+                std::ptr::copy_nonoverlapping(t.data().as_ptr(), data as *mut u8, bytes);
+            }
+            Ok(out)
+        }
+    }
+
+    fn read_output(&self, out: *mut ffi::Tensor) -> Result<Tensor> {
+        let a = &*self.api;
+        // SAFETY: `out` is a live output tensor of TF_SessionRun; we read its dims and its
+        // TF_TensorByteSize bytes (or, for STRING, its element count of TF_TString slots).
+        unsafe {
+            let ty = (a.tensor_type)(out);
+            let dtype = our_type(ty)
+                .ok_or_else(|| Error::Plain(format!("TF model returned an unsupported tensor type ({ty})")))?;
+            let shape: Vec<i64> = (0..(a.num_dims)(out)).map(|i| (a.dim)(out, i)).collect();
+            let data = (a.tensor_data)(out);
+            let size = (a.tensor_byte_size)(out);
+            if dtype == DataType::String {
+                let n: i64 = shape.iter().product();
+                let slots = data as *const ffi::TString;
+                let mut bytes = Vec::new();
+                for i in 0..n.max(0) as usize {
+                    let p = (a.string_data)(slots.add(i)) as *const u8;
+                    let len = (a.string_size)(slots.add(i));
+                    bytes.extend_from_slice(if len == 0 { &[] } else { std::slice::from_raw_parts(p, len) });
+                    bytes.push(0);
+                }
+                Tensor::from_blob(dtype, shape, &bytes)
+            } else {
+                let raw = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data as *const u8, size) };
+                Tensor::from_blob(dtype, shape, raw)
+            }
+        }
+    }
+}
+
+impl LoadedModel for TfModel {
+    fn inputs(&self) -> &[String] {
+        &self.inputs
+    }
+    fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if inputs.len() != self.input_ops.len() {
+            return Err(Error::Generic(format!("Expected {} inputs but got {}", self.input_ops.len(), inputs.len())));
+        }
+        let a = &*self.api;
+        let mut ins = Tensors(a, Vec::with_capacity(inputs.len()));
+        for t in inputs {
+            ins.1.push(self.make_input(t)?);
+        }
+        let mut outs = Tensors(a, vec![std::ptr::null_mut(); self.output_ops.len()]);
+        let status = Status::new(a);
+        // SAFETY: the session is live; the arrays hold `ninputs`/`noutputs` entries; TF fills `outs`,
+        // which we own afterwards (freed by `Tensors`).
+        unsafe {
+            (a.session_run)(
+                self.session,
+                std::ptr::null(),
+                self.input_ops.as_ptr(),
+                ins.1.as_ptr(),
+                ins.1.len() as i32,
+                self.output_ops.as_ptr(),
+                outs.1.as_mut_ptr(),
+                outs.1.len() as i32,
+                std::ptr::null(),
+                0,
+                std::ptr::null_mut(),
+                status.1,
+            );
+        }
+        status.check()?;
+        outs.1.iter().map(|&t| self.read_output(t)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_config_and_names() {
+        assert_eq!(config_proto(0, 0), Vec::<u8>::new());
+        assert_eq!(config_proto(2, 300), vec![0x10, 2, 0x28, 0xac, 0x02]);
+        assert_eq!(split_output_name("out:1"), ("out", 1));
+        assert_eq!(split_output_name("scope/out"), ("scope/out", 0));
+        assert_eq!(split_output_name("a:b"), ("a:b", 0));
+    }
+}
