@@ -217,6 +217,48 @@ impl Tensor {
         self.len() == 0
     }
 
+    /// Joins tensors along dimension 0 (auto-batching). All must share the dtype and the other dimensions.
+    pub fn concat(parts: &[&Tensor]) -> Result<Tensor> {
+        let first = parts.first().ok_or_else(|| Error::Generic("Nothing to run".into()))?;
+        let mismatch = || Error::Generic("cannot batch tensors of different types or shapes".into());
+        if first.shape.is_empty()
+            || parts.iter().any(|t| t.dtype != first.dtype || t.shape.get(1..) != first.shape.get(1..))
+        {
+            return Err(mismatch());
+        }
+        let mut shape = first.shape.clone();
+        shape[0] = parts.iter().map(|t| t.shape[0]).sum();
+        let mut data = Vec::with_capacity(parts.iter().map(|t| t.data.len()).sum());
+        let mut offsets = Vec::new();
+        for t in parts {
+            let base = data.len() as u64;
+            offsets.extend(t.offsets.iter().map(|o| o + base));
+            data.extend_from_slice(&t.data);
+        }
+        Ok(Tensor { dtype: first.dtype, shape, data, offsets })
+    }
+
+    /// Rows `start..start + rows` of dimension 0 (splitting a batched output back per request).
+    pub fn slice_dim0(&self, start: usize, rows: usize) -> Result<Tensor> {
+        let total = self.dim0().max(0) as usize;
+        if self.shape.is_empty() || start + rows > total {
+            return Err(Error::Generic("Model did not generate the expected batch size".into()));
+        }
+        let mut shape = self.shape.clone();
+        shape[0] = rows as i64;
+        let per_row = if total == 0 { 0 } else { self.len() / total };
+        if self.dtype == DataType::String {
+            let (first, end) = (start * per_row, (start + rows) * per_row);
+            let from = self.offsets.get(first).map_or(self.data.len(), |&o| o as usize);
+            let to = self.offsets.get(end).map_or(self.data.len(), |&o| o as usize);
+            let offsets = self.offsets[first..end].iter().map(|o| o - from as u64).collect();
+            return Ok(Tensor { dtype: self.dtype, shape, data: self.data[from..to].to_vec(), offsets });
+        }
+        let row_bytes = per_row * self.dtype.elem_size();
+        let data = self.data[start * row_bytes..(start + rows) * row_bytes].to_vec();
+        Ok(Tensor { dtype: self.dtype, shape, data, offsets: Vec::new() })
+    }
+
     /// Heap bytes held, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Tensor>()
@@ -399,6 +441,25 @@ mod tests {
         assert_eq!(Tensor::from_values(DataType::String, vec![1], &refs), Err(Error::StringUtf8));
         let z = Tensor::zeros(DataType::String, vec![2]).unwrap();
         assert_eq!(z.values(), vec![Value::Str(b""), Value::Str(b"")]);
+    }
+
+    #[test]
+    fn concat_and_slice_on_dim0() {
+        let a = from_values(DataType::Int32, vec![1, 2], &["1", "2"]).unwrap();
+        let b = from_values(DataType::Int32, vec![2, 2], &["3", "4", "5", "6"]).unwrap();
+        let c = Tensor::concat(&[&a, &b]).unwrap();
+        assert_eq!(c.shape(), &[3, 2]);
+        assert_eq!(c.slice_dim0(0, 1).unwrap(), a);
+        assert_eq!(c.slice_dim0(1, 2).unwrap(), b);
+        assert!(c.slice_dim0(2, 2).is_err());
+        let x = from_values(DataType::Int32, vec![1, 3], &["1", "2", "3"]).unwrap();
+        assert!(Tensor::concat(&[&a, &x]).is_err());
+        let s1 = from_values(DataType::String, vec![2], &["a", "bc"]).unwrap();
+        let s2 = from_values(DataType::String, vec![1], &[""]).unwrap();
+        let s = Tensor::concat(&[&s1, &s2]).unwrap();
+        assert_eq!(s.values(), vec![Value::Str(b"a"), Value::Str(b"bc"), Value::Str(b"")]);
+        assert_eq!(s.slice_dim0(1, 2).unwrap().values(), vec![Value::Str(b"bc"), Value::Str(b"")]);
+        assert_eq!(s.slice_dim0(0, 2).unwrap(), s1);
     }
 
     #[test]

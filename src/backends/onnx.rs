@@ -3,9 +3,10 @@
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ort::environment::Environment;
-use ort::session::{Session, SessionInputValue};
+use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 use parking_lot::Mutex;
 
@@ -13,6 +14,7 @@ use super::{LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
+use crate::exec::watchdog;
 use crate::tensor::{DataType, Tensor};
 
 /// The library file the fetch script caches (`scripts/backends.manifest`).
@@ -182,8 +184,15 @@ impl LoadedModel for OnnxModel {
             Some(s) => s,
             None => self.new_session()?,
         };
+        // The kill switch: a run past MODEL_EXECUTION_TIMEOUT is told to stop by the watchdog.
+        let options = Arc::new(RunOptions::new().map_err(backend_err)?);
+        let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
+        let stopper = options.clone();
+        let _watch = watchdog::watch(Instant::now() + limit, move || {
+            let _ = stopper.terminate();
+        });
         let result = session
-            .run(values.as_slice())
+            .run_with_options(values.as_slice(), &options)
             .map_err(backend_err)
             .and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>());
         self.pool.lock().push(session);

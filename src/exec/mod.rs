@@ -3,6 +3,7 @@
 pub mod dag;
 pub mod queue;
 pub mod run;
+pub mod watchdog;
 
 use std::sync::OnceLock;
 

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use super::dag::{OpKind, Plan};
 use super::queue::{Queue, Queues};
 use crate::error::{Error, Result};
+use crate::model::Model;
 use crate::tensor::Tensor;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +49,7 @@ pub struct Entry {
     run: Arc<Run>,
     dev: usize,
     pos: usize,
+    queued_at: Instant,
 }
 
 impl Run {
@@ -82,8 +84,9 @@ impl Run {
             run.complete();
             return Ok(());
         }
+        let now = Instant::now();
         for dev in 0..run.device_ops.len() {
-            run.queues[dev].push_back(Entry { run: run.clone(), dev, pos: 0 });
+            run.queues[dev].push_back(Entry { run: run.clone(), dev, pos: 0, queued_at: now });
         }
         Ok(())
     }
@@ -146,38 +149,56 @@ impl Entry {
         }
     }
 
-    /// Runs this device's next op if its inputs are ready; see the module comment.
-    pub fn step(mut self) {
+    fn op_index(&self) -> usize {
+        self.run.device_ops[self.dev][self.pos]
+    }
+
+    /// When the run waits for its current op (for MINBATCHTIMEOUT): since it was queued.
+    pub fn queued_at(&self) -> Instant {
+        self.queued_at
+    }
+
+    /// The run's own TIMEOUT deadline, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.run.deadline
+    }
+
+    /// Skips a failed or timed-out run, parks an entry whose inputs are missing, or returns the inputs.
+    fn prepare(self) -> Option<(Entry, Vec<Arc<Tensor>>)> {
         let run = self.run.clone();
-        let op_index = run.device_ops[self.dev][self.pos];
+        let op = &run.plan.ops[self.op_index()];
+        let mut st = run.state.lock();
+        if st.failed || run.timed_out() {
+            drop(st);
+            self.finish();
+            return None;
+        }
+        if run.deadline.is_some_and(|d| Instant::now() > d) {
+            run.timed_out.store(true, Ordering::Release);
+            let parked = std::mem::take(&mut st.parked);
+            drop(st);
+            run.wake(parked);
+            self.finish();
+            return None;
+        }
+        let ready: Option<Vec<Arc<Tensor>>> = op.inputs().iter().map(|&s| st.slots[s].clone()).collect();
+        match ready {
+            Some(v) => {
+                drop(st);
+                Some((self, v))
+            }
+            None => {
+                st.parked.push(self);
+                None
+            }
+        }
+    }
+
+    /// Records the op's result, wakes parked entries, and goes on with this device's next op or finishes.
+    fn complete(mut self, result: Result<Vec<Arc<Tensor>>>) {
+        let run = self.run.clone();
+        let op_index = self.op_index();
         let op = &run.plan.ops[op_index];
-
-        let inputs = {
-            let mut st = run.state.lock();
-            if st.failed || run.timed_out() {
-                drop(st);
-                return self.finish();
-            }
-            if run.deadline.is_some_and(|d| Instant::now() > d) {
-                run.timed_out.store(true, Ordering::Release);
-                let parked = std::mem::take(&mut st.parked);
-                drop(st);
-                run.wake(parked);
-                return self.finish();
-            }
-            let ready: Option<Vec<Arc<Tensor>>> = op.inputs().iter().map(|&s| st.slots[s].clone()).collect();
-            match ready {
-                Some(v) => v,
-                None => {
-                    st.parked.push(self);
-                    return;
-                }
-            }
-        };
-
-        let result = catch_unwind(AssertUnwindSafe(|| execute(&op.kind, &inputs)))
-            .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())));
-
         let (parked, failed) = {
             let mut st = run.state.lock();
             match result {
@@ -202,6 +223,100 @@ impl Entry {
         } else {
             self.finish();
         }
+    }
+
+    /// Runs this device's next op if its inputs are ready; see the module comment.
+    pub fn step(self) {
+        if let Some((entry, inputs)) = self.prepare() {
+            let run = entry.run.clone();
+            let op = &run.plan.ops[entry.op_index()];
+            let result = catch_unwind(AssertUnwindSafe(|| execute(&op.kind, &inputs)))
+                .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())));
+            entry.complete(result);
+        }
+    }
+
+    /// What auto-batching needs to know about this entry's current op, if it is a batchable model run
+    /// whose inputs are ready (`None` otherwise: the entry is then simply stepped).
+    pub fn batch_key(&self) -> Option<BatchKey> {
+        let op = &self.run.plan.ops[self.op_index()];
+        let OpKind::Model { model, inputs, .. } = &op.kind;
+        if model.spec.batch.size == 0 || inputs.is_empty() {
+            return None;
+        }
+        let st = self.run.state.lock();
+        if st.failed || self.run.timed_out() {
+            return None;
+        }
+        let tensors: Option<Vec<&Arc<Tensor>>> = inputs.iter().map(|&s| st.slots[s].as_ref()).collect();
+        let tensors = tensors?;
+        let dim0 = tensors[0].shape().first().copied()?;
+        if tensors.iter().any(|t| t.shape().first() != Some(&dim0)) {
+            return None;
+        }
+        Some(BatchKey {
+            model: model.clone(),
+            layout: tensors.iter().map(|t| (t.dtype(), t.shape()[1..].to_vec())).collect(),
+            rows: dim0.max(0) as u64,
+        })
+    }
+}
+
+/// A batchable request: entries with equal `model` (same object) and `layout` can be run together.
+pub struct BatchKey {
+    pub model: Arc<Model>,
+    /// Per input: dtype and every dimension but the first.
+    pub layout: Vec<(crate::tensor::DataType, Vec<i64>)>,
+    /// Dimension 0 of the inputs.
+    pub rows: u64,
+}
+
+impl BatchKey {
+    pub fn compatible(&self, other: &BatchKey) -> bool {
+        Arc::ptr_eq(&self.model, &other.model) && self.layout == other.layout
+    }
+}
+
+/// Runs the current ops of `entries` (same model, compatible inputs) as one batch: inputs joined on
+/// dimension 0, one backend run, outputs split back per request. A failure reaches every request.
+pub fn step_batch(entries: Vec<Entry>) {
+    let ready: Vec<(Entry, Vec<Arc<Tensor>>)> = entries.into_iter().filter_map(Entry::prepare).collect();
+    if ready.is_empty() {
+        return;
+    }
+    let run0 = ready[0].0.run.clone();
+    let OpKind::Model { model, outputs, .. } = &run0.plan.ops[ready[0].0.op_index()].kind;
+    let rows: Vec<usize> = ready.iter().map(|(_, ins)| ins[0].dim0().max(0) as usize).collect();
+    let total: usize = rows.iter().sum();
+    let start = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<Tensor>> {
+        let joined = (0..ready[0].1.len())
+            .map(|i| Tensor::concat(&ready.iter().map(|(_, ins)| ins[i].as_ref()).collect::<Vec<_>>()))
+            .collect::<Result<Vec<Tensor>>>()?;
+        let outs = model.loaded()?.run(&joined.iter().collect::<Vec<_>>())?;
+        if outs.len() != outputs.len() {
+            return Err(Error::Generic("Model did not generate the expected number of outputs".into()));
+        }
+        if outs.iter().any(|t| t.dim0() != total as i64) {
+            return Err(Error::Generic("Model did not generate the expected batch size".into()));
+        }
+        Ok(outs)
+    }))
+    .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())));
+    let micros = start.elapsed().as_micros() as i64;
+    let mut offset = 0;
+    for ((entry, _), n) in ready.into_iter().zip(rows) {
+        let mine = result
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|outs| outs.iter().map(|t| t.slice_dim0(offset, n).map(Arc::new)).collect::<Result<Vec<_>>>());
+        offset += n;
+        // Each request is charged the whole batch's time and its own samples, as RedisAI did.
+        match &mine {
+            Ok(_) => model.stats.record_success(micros, n as i64),
+            Err(_) => model.stats.record_error(),
+        }
+        entry.complete(mine);
     }
 }
 

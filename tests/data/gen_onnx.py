@@ -62,4 +62,27 @@ for i in range(weights.HEAVY_DEPTH):
 save("heavy", nodes, [vi("x", F, ["batch", weights.HEAVY_WIDTH])], [vi("y", F, ["batch", weights.HEAVY_WIDTH])],
      [numpy_helper.from_array(weights.HEAVY_W, "W")])
 
+# Reveals batching: y = x + sum of x over dimension 0. Alone (one row) y = 2x; batched with other
+# requests, every row also gets the others' rows.
+save("batch_sum", [helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=1), helper.make_node("Add", ["x", "s"], ["y"])],
+     [vi("x", F, ["batch", 2])], [vi("y", F, ["batch", 2])],
+     [numpy_helper.from_array(np.array([0], dtype=np.int64), "axes")])
+
+# Breaks the batch contract: dimension 0 of the output is always 1.
+save("batch_break", [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)],
+     [vi("x", F, ["batch", 2])], [vi("y", F, [1, 2])],
+     [numpy_helper.from_array(np.array([0], dtype=np.int64), "axes")])
+
+# Never finishes on its own: a Loop with a huge trip count (for the kill switch).
+body = helper.make_graph(
+    [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one_b"], ["v_out"])],
+    "body",
+    [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("v_in", F, [1])],
+    [vi("cond_out", TensorProto.BOOL, []), vi("v_out", F, [1])],
+    [numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one_b")])
+save("loop_forever", [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], body=body)],
+     [vi("x", F, [1])], [vi("y", F, [1])],
+     [numpy_helper.from_array(np.array(2**62, dtype=np.int64), "trips"),
+      numpy_helper.from_array(np.array(True), "cond")])
+
 print("models written to", OUT)

@@ -118,13 +118,12 @@ pub struct TfModel {
 unsafe impl Send for TfModel {}
 unsafe impl Sync for TfModel {}
 
-/// ConfigProto with intra_op_parallelism_threads (field 2) and inter_op_parallelism_threads (field 5).
-fn config_proto(intra: usize, inter: usize) -> Vec<u8> {
+/// Protobuf varint fields (tag byte, value), skipping zeros.
+fn varint_fields(fields: &[(u8, u64)]) -> Vec<u8> {
     let mut v = Vec::new();
-    for (tag, n) in [(0x10u8, intra), (0x28u8, inter)] {
+    for &(tag, mut n) in fields {
         if n > 0 {
             v.push(tag);
-            let mut n = n as u64;
             while n >= 0x80 {
                 v.push((n as u8) | 0x80);
                 n >>= 7;
@@ -133,6 +132,16 @@ fn config_proto(intra: usize, inter: usize) -> Vec<u8> {
         }
     }
     v
+}
+
+/// ConfigProto with intra_op_parallelism_threads (field 2) and inter_op_parallelism_threads (field 5).
+fn config_proto(intra: usize, inter: usize) -> Vec<u8> {
+    varint_fields(&[(0x10, intra as u64), (0x28, inter as u64)])
+}
+
+/// RunOptions with timeout_in_ms (field 2): TensorFlow's own kill switch for MODEL_EXECUTION_TIMEOUT.
+fn run_options_proto(timeout_ms: u64) -> Vec<u8> {
+    varint_fields(&[(0x10, timeout_ms)])
 }
 
 /// `name` or `name:<index>`.
@@ -306,12 +315,14 @@ impl LoadedModel for TfModel {
         }
         let mut outs = Tensors(a, vec![std::ptr::null_mut(); self.output_ops.len()]);
         let status = Status::new(a);
+        let options = run_options_proto(CONFIG.read().model_execution_timeout_ms);
         // SAFETY: the session is live; the arrays hold `ninputs`/`noutputs` entries; TF fills `outs`,
-        // which we own afterwards (freed by `Tensors`).
+        // which we own afterwards (freed by `Tensors`); the options buffer is copied and freed here.
         unsafe {
+            let run_options = (a.new_buffer_from_string)(options.as_ptr().cast(), options.len());
             (a.session_run)(
                 self.session,
-                std::ptr::null(),
+                run_options,
                 self.input_ops.as_ptr(),
                 ins.1.as_ptr(),
                 ins.1.len() as i32,
@@ -323,6 +334,7 @@ impl LoadedModel for TfModel {
                 std::ptr::null_mut(),
                 status.1,
             );
+            (a.delete_buffer)(run_options);
         }
         status.check()?;
         outs.1.iter().map(|&t| self.read_output(t)).collect()
@@ -337,6 +349,7 @@ mod tests {
     fn session_config_and_names() {
         assert_eq!(config_proto(0, 0), Vec::<u8>::new());
         assert_eq!(config_proto(2, 300), vec![0x10, 2, 0x28, 0xac, 0x02]);
+        assert_eq!(run_options_proto(5000), vec![0x10, 0x88, 0x27]);
         assert_eq!(split_output_name("out:1"), ("out", 1));
         assert_eq!(split_output_name("scope/out"), ("scope/out", 0));
         assert_eq!(split_output_name("a:b"), ("a:b", 0));

@@ -1,0 +1,99 @@
+//! The kill switch's clock: callbacks that fire once a deadline passes (MODEL_EXECUTION_TIMEOUT). One
+//! thread sleeps on a condition variable until the earliest deadline; nothing polls.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+type Callback = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    items: BTreeMap<u64, (Instant, Callback)>,
+    started: bool,
+}
+
+struct Watchdog {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+static WATCHDOG: LazyLock<Arc<Watchdog>> =
+    LazyLock::new(|| Arc::new(Watchdog { state: Mutex::new(State::default()), cv: Condvar::new() }));
+
+/// A registered deadline; dropping it (the run finished in time) cancels the callback.
+pub struct Watch(u64);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        WATCHDOG.state.lock().items.remove(&self.0);
+    }
+}
+
+/// Calls `on_expiry` once if `deadline` passes before the returned `Watch` is dropped.
+pub fn watch(deadline: Instant, on_expiry: impl FnOnce() + Send + 'static) -> Watch {
+    let dog = WATCHDOG.clone();
+    let mut st = dog.state.lock();
+    st.next_id += 1;
+    let id = st.next_id;
+    st.items.insert(id, (deadline, Box::new(on_expiry)));
+    if !st.started {
+        let worker = dog.clone();
+        st.started = std::thread::Builder::new().name("ai:watchdog".into()).spawn(move || worker.run()).is_ok();
+    }
+    drop(st);
+    dog.cv.notify_one();
+    Watch(id)
+}
+
+impl Watchdog {
+    fn run(&self) {
+        let mut st = self.state.lock();
+        loop {
+            let now = Instant::now();
+            let expired: Vec<u64> = st.items.iter().filter(|(_, (d, _))| *d <= now).map(|(&id, _)| id).collect();
+            let due: Vec<Callback> = expired.iter().filter_map(|id| st.items.remove(id)).map(|(_, cb)| cb).collect();
+            if !due.is_empty() {
+                drop(st);
+                for cb in due {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(cb));
+                }
+                st = self.state.lock();
+                continue;
+            }
+            match st.items.values().map(|(d, _)| *d).min() {
+                Some(d) => {
+                    self.cv.wait_until(&mut st, d);
+                }
+                None => self.cv.wait(&mut st),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn fires_expired_and_not_cancelled() {
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = fired.clone();
+        let _late = watch(Instant::now() + Duration::from_millis(20), move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+        let f = fired.clone();
+        let cancelled = watch(Instant::now() + Duration::from_millis(20), move || {
+            f.fetch_add(100, Ordering::SeqCst);
+        });
+        drop(cancelled);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(fired.load(Ordering::SeqCst), 1);
+    }
+}
