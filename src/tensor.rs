@@ -246,7 +246,7 @@ impl Tensor {
         }
         let mut shape = self.shape.clone();
         shape[0] = rows as i64;
-        let per_row = if total == 0 { 0 } else { self.len() / total };
+        let per_row = self.len().checked_div(total).unwrap_or(0);
         if self.dtype == DataType::String {
             let (first, end) = (start * per_row, (start + rows) * per_row);
             let from = self.offsets.get(first).map_or(self.data.len(), |&o| o as usize);
