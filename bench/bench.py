@@ -6,6 +6,7 @@
 3. One AI.DAGEXECUTE (TENSORSET |> MODELEXECUTE |> TENSORGET) against the same flow as three commands.
 4. A DAG with two equal compute-heavy branches on CPU and CPU:1 against the same DAG with both on CPU
    (INTRA_OP_PARALLELISM 1, so each branch uses one core).
+5. A compute-bound model (heavy.onnx, one row per request) at 16 clients with and without BATCHSIZE 16.
 """
 import argparse
 import csv
@@ -62,6 +63,7 @@ class Server:
 
 
 def redis_benchmark(port, clients, requests, *command):
+    """(requests/s, p50 ms, p99 ms); options such as `-r N` may lead `command`."""
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", str(clients), "-n", str(requests), "--csv", *command],
                          capture_output=True, check=True, text=True).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -185,6 +187,31 @@ def bench_two_devices(n, batch):
     print("two-device/one-device latency: %.3f (target <= 0.55 on 2 cores)" % (two[0] / one[0]))
 
 
+def bench_batching(requests, clients=16):
+    s = Server()
+    try:
+        with open(os.path.join(DATA, "heavy.onnx"), "rb") as f:
+            heavy = f.read()
+        s.cli("-x", "AI.MODELSTORE", "plain", "ONNX", "CPU", "BLOB", stdin=heavy)
+        s.cli("-x", "AI.MODELSTORE", "batched", "ONNX", "CPU", "BATCHSIZE", str(clients), "BLOB", stdin=heavy)
+        s.cli("-x", "AI.TENSORSET", "x", "FLOAT", "1", "256", "BLOB", stdin=bytes(4 * 256))
+
+        def run(model):
+            # Each client writes its own output key (redis-benchmark substitutes __rand_int__).
+            return redis_benchmark(s.port, clients, requests, "-r", str(clients), "AI.MODELEXECUTE", model,
+                                   "INPUTS", "1", "x", "OUTPUTS", "1", "y:__rand_int__")
+
+        run("plain")  # warm-up
+        plain = run("plain")
+        batched = run("batched")
+    finally:
+        s.stop()
+    print("== heavy.onnx, one row per request, %d clients (redis-benchmark), %d requests each" % (clients, requests))
+    print("without BATCHSIZE: %8.0f requests/s  p50 %.3f ms  p99 %.3f ms" % plain)
+    print("BATCHSIZE %d:      %8.0f requests/s  p50 %.3f ms  p99 %.3f ms" % ((clients,) + batched))
+    print("batched/unbatched throughput: %.2f (target >= 2)" % (batched[0] / plain[0]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200000)
@@ -192,6 +219,7 @@ def main():
     ap.add_argument("--dag-runs", type=int, default=2000)
     ap.add_argument("--heavy-runs", type=int, default=20)
     ap.add_argument("--heavy-batch", type=int, default=256)
+    ap.add_argument("--batch-requests", type=int, default=20000)
     a = ap.parse_args()
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
@@ -199,6 +227,7 @@ def main():
     bench_idle(a.idle_seconds)
     bench_dag_vs_commands(a.dag_runs)
     bench_two_devices(a.heavy_runs, a.heavy_batch)
+    bench_batching(a.batch_requests)
 
 
 if __name__ == "__main__":
