@@ -79,6 +79,7 @@ api! {
     import_graph_def = "TF_GraphImportGraphDef": fn(*mut Graph, *const Buffer, *const ImportOptions, *mut Status);
     operation_by_name = "TF_GraphOperationByName": fn(*mut Graph, *const c_char) -> *mut Operation;
     operation_num_outputs = "TF_OperationNumOutputs": fn(*mut Operation) -> c_int;
+    operation_op_type = "TF_OperationOpType": fn(*mut Operation) -> *const c_char;
     new_session_options = "TF_NewSessionOptions": fn() -> *mut SessionOptions;
     delete_session_options = "TF_DeleteSessionOptions": fn(*mut SessionOptions);
     set_config = "TF_SetConfig": fn(*mut SessionOptions, *const c_void, usize, *mut Status);

@@ -178,15 +178,19 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
             output_ops: Vec::new(),
         };
         status.check()?;
-        for (names, ops, what, dot) in
-            [(&opts.inputs, &mut model.input_ops, "Input", "."), (&opts.outputs, &mut model.output_ops, "Output", "")]
-        {
+        // As in RedisAI, an input must be a Placeholder; any op can be an output.
+        for (names, ops, what, dot, placeholder) in [
+            (&opts.inputs, &mut model.input_ops, "Input", ".", true),
+            (&opts.outputs, &mut model.output_ops, "Output", "", false),
+        ] {
             for name in names {
                 let (op_name, index) = split_output_name(name);
                 let c = CString::new(op_name)
                     .map_err(|_| Error::Generic(format!("{what} node named \"{name}\" not found in TF graph{dot}")))?;
                 let op = (a.operation_by_name)(graph, c.as_ptr());
-                if op.is_null() || index >= (a.operation_num_outputs)(op) {
+                let wrong_kind =
+                    || placeholder && CStr::from_ptr((a.operation_op_type)(op)).to_bytes() != b"Placeholder";
+                if op.is_null() || index >= (a.operation_num_outputs)(op) || wrong_kind() {
                     return Err(Error::Generic(format!("{what} node named \"{name}\" not found in TF graph{dot}")));
                 }
                 ops.push(ffi::Output { oper: op, index });
