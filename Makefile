@@ -30,6 +30,10 @@ TF_DIR := $(shell scripts/fetch-backend.sh --dir tensorflow)
 TF_LIB := $(TF_DIR)/lib/libtensorflow_cc.so.2
 export REDISAI_TF_LIB_DIR := $(TF_DIR)/lib
 
+# libtorch (for the TORCH backend library, target/release/libredisai_torch.so, crate torch/).
+TORCH_DIR := $(shell scripts/fetch-backend.sh --dir torch)
+export LIBTORCH := $(TORCH_DIR)
+
 # Run again on the alternative servers (Redis 8.2, Valkey 9.1).
 MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
@@ -54,9 +58,9 @@ $(VENV_STAMP): tests/requirements.txt
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r tests/requirements.txt
 	touch $@
 
-build: fetch-backends ## Build target/release/libredisai.so (cargo build --release)
-	cargo build --release
-	test -f $(MODULE)
+build: fetch-backends ## Build target/release/libredisai.so and its TORCH backend libredisai_torch.so
+	cargo build --release --workspace
+	test -f $(MODULE) && test -f $(dir $(MODULE))libredisai_torch.so
 
 run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 \
@@ -79,7 +83,7 @@ bench: build venv ## Benchmarks that print numbers against same-run baselines (b
 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --check
-	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --workspace --all-targets -- -D warnings
 
 clean: ## cargo clean and remove .venv (the backend cache stays)
 	cargo clean

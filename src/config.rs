@@ -18,6 +18,8 @@ pub struct Config {
     pub model_chunk_size: usize,
     pub model_execution_timeout_ms: u64,
     pub backend_memory_limit_mb: u64,
+    /// Directory of libredisai.so (where the TORCH backend library sits by default).
+    pub module_dir: Option<String>,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             model_chunk_size: 511 * 1024 * 1024,
             model_execution_timeout_ms: 5000,
             backend_memory_limit_mb: 0,
+            module_dir: None,
         }
     }
 }

@@ -48,6 +48,8 @@ pub enum Error {
     UnsupportedBackend,
     #[error("model key is empty")]
     ModelKeyEmpty,
+    #[error("script key is empty")]
+    ScriptKeyEmpty,
     #[error("Cannot run RedisAI command within a transaction or a LUA script")]
     InTransaction,
     #[error("cannot find run info for key")]

@@ -12,5 +12,6 @@ pub mod model;
 pub mod rdb;
 mod redis;
 pub mod reply;
+pub mod script;
 pub mod stats;
 pub mod tensor;

@@ -4,6 +4,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::{BackendKind, BatchOpts, ModelSpec};
+use crate::script::ScriptSpec;
 use crate::tensor::{DataType, Tensor, MAX_DIMS};
 
 /// The encoding version written today (RedisAI 1.2.5+).
@@ -180,6 +181,32 @@ pub fn load_model(r: &mut impl RdbRead, encver: i32) -> Result<ModelSpec> {
         outputs,
         blob: blob.into(),
     })
+}
+
+pub fn save_script(s: &ScriptSpec, w: &mut impl RdbWrite) {
+    w.write_buffer(&with_nul(&s.device_name));
+    w.write_buffer(&s.tag);
+    w.write_buffer(&with_nul(&s.source));
+    w.write_unsigned(s.entry_points.len() as u64);
+    for e in &s.entry_points {
+        w.write_buffer(&with_nul(e));
+    }
+}
+
+/// Script payload: v3/v4 carry entry points; v0–v2 do not (and v0 saved the tag as a C string).
+pub fn load_script(r: &mut impl RdbRead, encver: i32) -> Result<ScriptSpec> {
+    if !(0..=ENCVER).contains(&encver) {
+        return Err(Error::rdb(
+            "script",
+            format!("encoding version {encver} is newer than this module supports ({ENCVER})"),
+        ));
+    }
+    let device_name = c_string(r.read_buffer()?)?;
+    let tag = r.read_buffer()?;
+    let tag = if encver == 0 { tag.strip_suffix(b"\0").unwrap_or(&tag).to_vec() } else { tag };
+    let source = c_string(r.read_buffer()?)?;
+    let entry_points = if encver >= 3 { read_names(r)? } else { Vec::new() };
+    Ok(ScriptSpec { device_name, tag, source, entry_points })
 }
 
 /// An in-memory stream of RDB primitives, for tests and fuzzing.
@@ -389,6 +416,22 @@ mod tests {
             Buffer(b"ab".to_vec()),
         ];
         assert!(load_model(&mut MemRdb::new(lying), 4).is_err());
+    }
+
+    #[test]
+    fn scripts_round_trip_and_read_the_recorded_layout() {
+        let spec = ScriptSpec {
+            device_name: "CPU".into(),
+            tag: b"v1".to_vec(),
+            source: "def bar(tensors: List[Tensor], keys: List[str], args: List[str]):\n    return tensors[0]\n".into(),
+            entry_points: vec!["bar".into()],
+        };
+        let mut w = MemRdb::default();
+        save_script(&spec, &mut w);
+        assert_eq!(load_script(&mut MemRdb::new(w.items.clone()), ENCVER).unwrap(), spec);
+        // v2: the same without entry points.
+        let v2: Vec<MemItem> = w.items[..3].to_vec();
+        assert!(load_script(&mut MemRdb::new(v2), 2).unwrap().entry_points.is_empty());
     }
 
     #[test]

@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use super::is_keyword;
 use super::model::{parse_modelexecute, parse_modelrun, parse_timeout};
+use super::script::{parse_scriptexecute, parse_scriptrun, ScriptCall};
 use super::tensor::{parse_tensor_args, parse_tensorget_format, GetFormat};
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan, ReplyItem, Slot};
 use crate::model::Model;
+use crate::script::Script;
 use crate::tensor::{parse_i64, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +43,7 @@ impl DagKind {
 pub trait Resolver {
     fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>>;
     fn model(&self, key: &[u8]) -> Result<Arc<Model>>;
-    /// Scripts are looked up the same way; until the script backend exists this reports why it failed.
-    fn script(&self, key: &[u8]) -> Error;
+    fn script(&self, key: &[u8]) -> Result<Arc<Script>>;
 }
 
 fn err(msg: &str) -> Error {
@@ -72,6 +73,7 @@ enum Parsed<'a> {
     Set { key: &'a [u8], tensor: Tensor },
     Get { key: &'a [u8], format: GetFormat },
     Model { model: Arc<Model>, inputs: Vec<&'a [u8]>, outputs: Vec<&'a [u8]> },
+    Script { script: Arc<Script>, call: ScriptCall<'a> },
 }
 
 fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Parsed<'a>> {
@@ -119,12 +121,28 @@ fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Pars
         if kind.read_only() {
             return Err(err("AI.SCRIPTEXECUTE command cannot be specified in a read-only DAG"));
         }
-        Err(r.script(op.get(1).copied().unwrap_or_default()))
+        if op.len() < 3 {
+            return Err(Error::WrongArity("AI.SCRIPTEXECUTE"));
+        }
+        let script = r.script(op[1])?;
+        let call = parse_scriptexecute(op, true)?;
+        if call.timeout.is_some() {
+            return Err(err("TIMEOUT not allowed within a DAG command"));
+        }
+        Ok(Parsed::Script { script, call })
     } else if is_keyword(name, "AI.SCRIPTRUN") {
         if !kind.deprecated() {
             return Err(plain("Deprecated AI.SCRIPTRUN cannot be used in AI.DAGEXECUTE command"));
         }
-        Err(r.script(op.get(1).copied().unwrap_or_default()))
+        if op.len() < 3 {
+            return Err(Error::WrongArity("AI.SCRIPTRUN"));
+        }
+        let script = r.script(op[1])?;
+        let call = parse_scriptrun(op)?;
+        if call.timeout.is_some() {
+            return Err(err("TIMEOUT not allowed within a DAG command"));
+        }
+        Ok(Parsed::Script { script, call })
     } else {
         Err(plain("Unsupported command within DAG"))
     }
@@ -234,6 +252,34 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
                 plan.replies.push(ReplyItem::Op(plan.ops.len()));
                 plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
             }
+            Parsed::Script { script, call } => {
+                let inputs = call
+                    .inputs
+                    .iter()
+                    .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
+                    .collect::<Result<Vec<_>>>()?;
+                let outputs: Vec<Slot> = call
+                    .outputs
+                    .iter()
+                    .map(|k| {
+                        let s = plan.new_slot();
+                        names.insert(k, s);
+                        s
+                    })
+                    .collect();
+                let device = script.queue_key();
+                plan.replies.push(ReplyItem::Op(plan.ops.len()));
+                let kind = OpKind::Script {
+                    script,
+                    function: call.function.to_vec(),
+                    style: call.style,
+                    inputs,
+                    keys: call.keys.iter().map(|k| k.to_vec()).collect(),
+                    args: call.args.iter().map(|a| a.to_vec()).collect(),
+                    outputs,
+                };
+                plan.ops.push(Op { kind, device });
+            }
         }
     }
     for key in persist {
@@ -319,8 +365,8 @@ mod tests {
             };
             Ok(Arc::new(Model::with_handle(key, spec, Ok(Box::new(Identity)))))
         }
-        fn script(&self, _key: &[u8]) -> Error {
-            err("script key is empty")
+        fn script(&self, _key: &[u8]) -> Result<Arc<Script>> {
+            Err(Error::ScriptKeyEmpty)
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod config;
 pub mod dag;
 pub mod model;
+pub mod script;
 pub mod tensor;
 
 /// Case-insensitive keyword match, like RedisAI's `strcasecmp`.

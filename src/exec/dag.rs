@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::commands::tensor::GetFormat;
 use crate::model::Model;
+use crate::script::{CallStyle, Script};
 use crate::tensor::Tensor;
 
 /// Index of a tensor slot. Every slot is written at most once (by LOAD or by one op).
@@ -13,7 +14,20 @@ pub type Slot = usize;
 /// An op that runs on a device queue. (A DAG's TENSORSET is done at parse time and its TENSORGET at
 /// reply time, as in RedisAI 1.2.5+: neither needs a worker.)
 pub enum OpKind {
-    Model { model: Arc<Model>, inputs: Vec<Slot>, outputs: Vec<Slot> },
+    Model {
+        model: Arc<Model>,
+        inputs: Vec<Slot>,
+        outputs: Vec<Slot>,
+    },
+    Script {
+        script: Arc<Script>,
+        function: Vec<u8>,
+        style: CallStyle,
+        inputs: Vec<Slot>,
+        keys: Vec<Vec<u8>>,
+        args: Vec<Vec<u8>>,
+        outputs: Vec<Slot>,
+    },
 }
 
 pub struct Op {
@@ -25,12 +39,12 @@ pub struct Op {
 impl Op {
     pub fn inputs(&self) -> &[Slot] {
         match &self.kind {
-            OpKind::Model { inputs, .. } => inputs,
+            OpKind::Model { inputs, .. } | OpKind::Script { inputs, .. } => inputs,
         }
     }
     pub fn outputs(&self) -> &[Slot] {
         match &self.kind {
-            OpKind::Model { outputs, .. } => outputs,
+            OpKind::Model { outputs, .. } | OpKind::Script { outputs, .. } => outputs,
         }
     }
 }

@@ -240,7 +240,7 @@ impl Entry {
     /// whose inputs are ready (`None` otherwise: the entry is then simply stepped).
     pub fn batch_key(&self) -> Option<BatchKey> {
         let op = &self.run.plan.ops[self.op_index()];
-        let OpKind::Model { model, inputs, .. } = &op.kind;
+        let OpKind::Model { model, inputs, .. } = &op.kind else { return None };
         if model.spec.batch.size == 0 || inputs.is_empty() {
             return None;
         }
@@ -285,7 +285,15 @@ pub fn step_batch(entries: Vec<Entry>) {
         return;
     }
     let run0 = ready[0].0.run.clone();
-    let OpKind::Model { model, outputs, .. } = &run0.plan.ops[ready[0].0.op_index()].kind;
+    let OpKind::Model { model, outputs, .. } = &run0.plan.ops[ready[0].0.op_index()].kind else {
+        // Only model runs are ever batched (`batch_key`); anything else steps alone.
+        for (entry, inputs) in ready {
+            let run = entry.run.clone();
+            let result = execute(&run.plan.ops[entry.op_index()].kind, &inputs);
+            entry.complete(result);
+        }
+        return;
+    };
     let rows: Vec<usize> = ready.iter().map(|(_, ins)| ins[0].dim0().max(0) as usize).collect();
     let total: usize = rows.iter().sum();
     let start = Instant::now();
@@ -339,6 +347,26 @@ fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
                     model.stats.record_success(start.elapsed().as_micros() as i64, samples);
                 }
                 Err(_) => model.stats.record_error(),
+            }
+            Ok(result?.into_iter().map(Arc::new).collect())
+        }
+        OpKind::Script { script, function, style, keys, args, outputs, .. } => {
+            let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
+            let start = Instant::now();
+            let result = script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)).and_then(|outs| {
+                if outs.len() == outputs.len() {
+                    Ok(outs)
+                } else {
+                    Err(Error::Plain(format!(
+                        "Function returned unexpected number of outputs - {}",
+                        String::from_utf8_lossy(function)
+                    )))
+                }
+            });
+            match &result {
+                // Scripts report no samples (AI.INFO shows -1).
+                Ok(_) => script.stats.record_success(start.elapsed().as_micros() as i64, 0),
+                Err(_) => script.stats.record_error(),
             }
             Ok(result?.into_iter().map(Arc::new).collect())
         }

@@ -8,6 +8,7 @@ pub mod keyspace;
 pub mod model_type;
 pub mod module;
 pub mod reply;
+pub mod script_type;
 pub mod strings;
 pub mod types;
 

@@ -49,7 +49,7 @@ unsafe fn model_ref<'a>(value: *const c_void) -> &'a Model {
     unsafe { &*(value as *const ModelValue) }
 }
 
-fn key_name(rdb: *mut raw::RedisModuleIO) -> Vec<u8> {
+pub(super) fn key_name(rdb: *mut raw::RedisModuleIO) -> Vec<u8> {
     // SAFETY: rdb is the live IO of the load callback; the key name (if any) lives as long as it.
     unsafe {
         let k = raw::RedisModule_GetKeyNameFromIO.map_or(std::ptr::null(), |f| f(rdb));

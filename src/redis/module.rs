@@ -8,6 +8,7 @@ use redis_module::raw;
 
 use super::handlers;
 use super::model_type::MODEL_TYPE;
+use super::script_type::SCRIPT_TYPE;
 use super::types::TENSOR_TYPE;
 use super::{info, log_warning};
 use crate::config::{self, Config};
@@ -28,6 +29,13 @@ const COMMANDS: &[(&str, CommandFn, &str, c_int, c_int, c_int)] = &[
     ("ai.modelexecute", handlers::ai_modelexecute, "write deny-oom getkeys-api", 4, 4, 1),
     ("ai.modelrun", handlers::ai_modelrun, "write deny-oom getkeys-api", 3, 3, 1),
     ("ai._modelscan", handlers::ai_modelscan, "readonly", 0, 0, 0),
+    ("ai.scriptstore", handlers::ai_scriptstore, "write deny-oom", 1, 1, 1),
+    ("ai.scriptset", handlers::ai_scriptset, "write deny-oom", 1, 1, 1),
+    ("ai.scriptget", handlers::ai_scriptget, "readonly", 1, 1, 1),
+    ("ai.scriptdel", handlers::ai_scriptdel, "write", 1, 1, 1),
+    ("ai.scriptexecute", handlers::ai_scriptexecute, "write deny-oom getkeys-api", 5, 5, 1),
+    ("ai.scriptrun", handlers::ai_scriptrun, "write deny-oom getkeys-api", 4, 4, 1),
+    ("ai._scriptscan", handlers::ai_scriptscan, "readonly", 0, 0, 0),
     ("ai.info", handlers::ai_info, "readonly", 1, 1, 1),
     ("ai.config", handlers::ai_config, "write", 0, 0, 0),
     ("ai.dagexecute", handlers::ai_dagexecute, "write deny-oom getkeys-api", 3, 3, 1),
@@ -92,12 +100,16 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     {
         let mut c = config::CONFIG.write();
+        c.module_dir = module_dir();
         if c.backends_path.is_none() {
-            c.backends_path = module_dir().map(|d| format!("{d}/backends"));
+            c.backends_path = c.module_dir.as_ref().map(|d| format!("{d}/backends"));
         }
     }
 
-    if TENSOR_TYPE.create_data_type(ctx).is_err() || MODEL_TYPE.create_data_type(ctx).is_err() {
+    if TENSOR_TYPE.create_data_type(ctx).is_err()
+        || MODEL_TYPE.create_data_type(ctx).is_err()
+        || SCRIPT_TYPE.create_data_type(ctx).is_err()
+    {
         return ERR;
     }
 

@@ -50,6 +50,10 @@ pub fn modelscan(c: &Cmd) -> Result<()> {
     scan(c, EntryKind::Model, "AI._MODELSCAN")
 }
 
+pub fn scriptscan(c: &Cmd) -> Result<()> {
+    scan(c, EntryKind::Script, "AI._SCRIPTSCAN")
+}
+
 fn scan(c: &Cmd, kind: EntryKind, name: &'static str) -> Result<()> {
     if c.args.len() != 1 {
         return Err(Error::WrongArity(name));

@@ -17,8 +17,10 @@ use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
 use crate::redis::model_type::{ModelValue, MODEL_TYPE};
 use crate::redis::reply::send;
+use crate::redis::script_type::{ScriptValue, SCRIPT_TYPE};
 use crate::redis::types::{TensorValue, TENSOR_TYPE};
 use crate::reply::Reply;
+use crate::script::Script;
 use crate::tensor::Tensor;
 
 struct Keyspace(*mut raw::RedisModuleCtx);
@@ -30,12 +32,8 @@ impl Resolver for Keyspace {
     fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
         Key::open_name(self.0, key, false).get::<ModelValue>(&MODEL_TYPE)?.cloned().ok_or(Error::ModelKeyEmpty)
     }
-    fn script(&self, key: &[u8]) -> Error {
-        if Key::open_name(self.0, key, false).is_empty() {
-            Error::Generic("script key is empty".into())
-        } else {
-            Error::WrongType
-        }
+    fn script(&self, key: &[u8]) -> Result<Arc<Script>> {
+        Key::open_name(self.0, key, false).get::<ScriptValue>(&SCRIPT_TYPE)?.cloned().ok_or(Error::ScriptKeyEmpty)
     }
 }
 

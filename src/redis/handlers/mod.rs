@@ -14,6 +14,8 @@ mod admin;
 mod dag;
 mod model;
 mod persist;
+mod script;
+mod shared;
 mod tensor;
 
 /// One invocation of a command: the context, the raw argv (for opening keys) and argv as bytes.
@@ -100,6 +102,7 @@ macro_rules! entry_points {
 
 use crate::commands::dag::dag_key_positions;
 use crate::commands::model::{modelexecute_key_positions, modelrun_key_positions};
+use crate::commands::script::{scriptexecute_key_positions, scriptrun_key_positions};
 
 entry_points! {
     ai_tensorset => tensor::tensorset;
@@ -113,6 +116,13 @@ entry_points! {
     ai_modelscan => admin::modelscan;
     ai_info => admin::info;
     ai_config => admin::config;
+    ai_scriptstore => script::scriptstore;
+    ai_scriptset => script::scriptset;
+    ai_scriptget => script::scriptget;
+    ai_scriptdel => script::scriptdel;
+    ai_scriptexecute => script::scriptexecute, keys scriptexecute_key_positions;
+    ai_scriptrun => script::scriptrun, keys scriptrun_key_positions;
+    ai_scriptscan => admin::scriptscan;
     ai_dagexecute => dag::dagexecute, keys dag_key_positions;
     ai_dagexecute_ro => dag::dagexecute_ro, keys dag_key_positions;
     ai_dagrun => dag::dagrun, keys dag_key_positions;

@@ -1,11 +1,10 @@
 //! AI.MODELSTORE / MODELSET / MODELGET / MODELDEL / MODELEXECUTE / MODELRUN.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::persist::{replicate_argv, write_outputs};
+use super::shared::{ensure_queue, reply_single_op, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
     modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset, parse_modelstore, ExecuteArgs,
@@ -14,65 +13,34 @@ use crate::config::CONFIG;
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
 use crate::exec::queues;
-use crate::exec::run::{OpOutcome, Run};
-use crate::model::{Model, ModelSpec};
+use crate::exec::run::Run;
+use crate::model::Model;
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
 use crate::redis::model_type::{ModelValue, MODEL_TYPE};
-use crate::redis::reply::{error, send};
-use crate::redis::strings::OwnedStrings;
 use crate::redis::types::{TensorValue, TENSOR_TYPE};
 use crate::reply::Reply;
 use crate::stats;
 
 pub fn modelstore(c: &Cmd) -> Result<()> {
-    store(c, parse_modelstore(&c.args)?)
+    let spec = parse_modelstore(&c.args)?;
+    store_in_background(c, "model", move |key| Model::build(key, spec), commit_model)
 }
 
 pub fn modelset(c: &Cmd) -> Result<()> {
-    store(c, parse_modelset(&c.args)?)
+    let spec = parse_modelset(&c.args)?;
+    store_in_background(c, "model", move |key| Model::build(key, spec), commit_model)
 }
 
-/// Builds the model on a background thread (Redis keeps serving), then stores it on the main thread.
-fn store(c: &Cmd, spec: ModelSpec) -> Result<()> {
-    let key = c.args[1].to_vec();
-    let argv = OwnedStrings::retain(c.raw);
-    if Blocked::check_can_block(c.ctx).is_err() {
-        // Inside MULTI or Lua nothing may block: build here, as RedisAI always did.
-        finish_store(c.ctx, &key, Model::build(&key, spec), argv);
-        return Ok(());
-    }
-    let blocked = Blocked::new(c.ctx)?;
-    let job = move || {
-        let built = catch_unwind(AssertUnwindSafe(|| Model::build(&key, spec)))
-            .unwrap_or_else(|_| Err(Error::Generic("internal error while building the model".into())));
-        blocked.complete(move |ctx| finish_store(ctx, &key, built, argv));
-    };
-    std::thread::Builder::new()
-        .name("ai:modelstore".into())
-        .spawn(job)
-        .map(drop)
-        .map_err(|e| Error::Generic(format!("cannot start a model build: {e}")))
-}
-
-fn finish_store(ctx: *mut raw::RedisModuleCtx, key: &[u8], built: Result<Model>, mut argv: OwnedStrings) {
-    let result = built.and_then(|model| {
-        // RedisAI creates the device's queue (and its workers) when a model is stored.
-        queues()
-            .get(&model.spec.device.queue_key())
-            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
-        let k = Key::open_name(ctx, key, true);
-        k.check_type(&MODEL_TYPE)?;
-        let model = Arc::new(model);
-        let s = model.stats.clone();
-        k.set::<ModelValue>(&MODEL_TYPE, model)?;
-        stats::publish(&s);
-        replicate_argv(ctx, &mut argv)
-    });
-    match result {
-        Ok(()) => send(ctx, &Reply::OK),
-        Err(e) => error(ctx, &e.reply_text()),
-    }
+fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Result<()> {
+    ensure_queue(&model.spec.device.queue_key())?;
+    let k = Key::open_name(ctx, key, true);
+    k.check_type(&MODEL_TYPE)?;
+    let model = Arc::new(model);
+    let s = model.stats.clone();
+    k.set::<ModelValue>(&MODEL_TYPE, model)?;
+    stats::publish(&s);
+    Ok(())
 }
 
 pub fn modelget(c: &Cmd) -> Result<()> {
@@ -131,30 +99,8 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     let outputs: Vec<usize> = args.outputs.iter().map(|_| plan.new_slot()).collect();
     plan.persist = args.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
     let device = model.spec.device.queue_key();
-    queues().get(&device).map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
+    ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
     let blocked = Blocked::new(c.ctx)?;
     Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
-}
-
-/// `OK` after storing the outputs, `TIMEDOUT`, or the op's error.
-fn reply_single_op(ctx: *mut raw::RedisModuleCtx, run: &Run) {
-    if run.timed_out() {
-        return send(ctx, &Reply::Simple("TIMEDOUT"));
-    }
-    let result = match run.outcome(0) {
-        OpOutcome::Failed(e) => Err(e),
-        OpOutcome::NotRun => Err(Error::Generic("the operation did not run".into())),
-        OpOutcome::Done => run
-            .plan
-            .persist
-            .iter()
-            .map(|(k, s)| run.slot(*s).map(|t| (k.clone(), t)).ok_or_else(|| Error::Generic("missing output".into())))
-            .collect::<Result<Vec<_>>>()
-            .and_then(|outs| write_outputs(ctx, &outs)),
-    };
-    match result {
-        Ok(()) => send(ctx, &Reply::OK),
-        Err(e) => error(ctx, &e.reply_text()),
-    }
 }

@@ -1,0 +1,311 @@
+//! TORCH models through `libredisai_torch.so` (crate `torch/`), opened at first use: the module itself never
+//! links libtorch, so it loads fast and without it. The ABI is `torch_abi.rs`.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
+
+use libloading::Library;
+use parking_lot::Mutex;
+
+use super::torch_abi::{self as abi, StrView, TensorOut, TensorView};
+use super::{LoadOptions, LoadedModel, LoadedScript};
+use crate::config::CONFIG;
+use crate::device::DeviceKind;
+use crate::error::{Error, Result};
+use crate::script::{CallStyle, ScriptSpec};
+use crate::tensor::{DataType, Tensor};
+
+pub const LIB_NAME: &str = "libredisai_torch.so";
+
+/// The backend's entry points; valid while `_lib` lives (it is never unloaded).
+pub struct Backend {
+    _lib: Library,
+    version: String,
+    model_load: abi::ModelLoadFn,
+    model_run: abi::ModelRunFn,
+    model_free: abi::FreeFn,
+    pub script_compile: abi::ScriptCompileFn,
+    pub script_check_entry: abi::ScriptCheckEntryFn,
+    pub script_run: abi::ScriptRunFn,
+    pub script_free: abi::FreeFn,
+    free_tensors: abi::FreeTensorsFn,
+    free_string: abi::FreeStringFn,
+}
+
+static BACKEND: Mutex<Option<Arc<Backend>>> = Mutex::new(None);
+
+/// The backend library: given at load time (`TORCH <path>`), else next to libredisai.so.
+fn configured_path() -> Option<String> {
+    let c = CONFIG.read();
+    let given = c.backend_libs.iter().rev().find(|(b, _)| b == "TORCH").map(|(_, p)| p.clone());
+    given.map(|p| super::resolve_path(&p)).or_else(|| c.module_dir.as_ref().map(|d| format!("{d}/{LIB_NAME}")))
+}
+
+fn open(path: &str) -> Result<Arc<Backend>> {
+    let fail = |why: String| Error::Generic(format!("Could not load backend TORCH from {path}: {why}"));
+    // SAFETY: the library is our own backend, built from `torch/` against the same `torch_abi.rs`; each
+    // symbol is read with the signature that file declares, and the ABI version is checked first.
+    unsafe {
+        let lib = Library::new(path).map_err(|e| fail(e.to_string()))?;
+        macro_rules! sym {
+            ($name:literal, $ty:ty) => {
+                *lib.get::<$ty>(concat!($name, "\0").as_bytes()).map_err(|e| fail(e.to_string()))?
+            };
+        }
+        let abi_version = sym!("rai_torch_abi", abi::AbiVersionFn);
+        if abi_version() != abi::ABI_VERSION {
+            return Err(fail(format!("ABI version {} (this module needs {})", abi_version(), abi::ABI_VERSION)));
+        }
+        let version_fn = sym!("rai_torch_version", abi::VersionFn);
+        let free_string = sym!("rai_torch_free_string", abi::FreeStringFn);
+        let v = version_fn();
+        let version = CStr::from_ptr(v).to_string_lossy().into_owned();
+        free_string(v);
+        Ok(Arc::new(Backend {
+            version,
+            model_load: sym!("rai_torch_model_load", abi::ModelLoadFn),
+            model_run: sym!("rai_torch_model_run", abi::ModelRunFn),
+            model_free: sym!("rai_torch_model_free", abi::FreeFn),
+            script_compile: sym!("rai_torch_script_compile", abi::ScriptCompileFn),
+            script_check_entry: sym!("rai_torch_script_check_entry", abi::ScriptCheckEntryFn),
+            script_run: sym!("rai_torch_script_run", abi::ScriptRunFn),
+            script_free: sym!("rai_torch_script_free", abi::FreeFn),
+            free_tensors: sym!("rai_torch_free_tensors", abi::FreeTensorsFn),
+            free_string,
+            _lib: lib,
+        }))
+    }
+}
+
+pub fn backend() -> Result<Arc<Backend>> {
+    let mut b = BACKEND.lock();
+    if let Some(x) = b.as_ref() {
+        return Ok(x.clone());
+    }
+    let path = configured_path().ok_or_else(|| {
+        Error::Generic("Could not load backend TORCH: no library path (load-time argument TORCH <path>)".into())
+    })?;
+    let x = open(&path)?;
+    *b = Some(x.clone());
+    Ok(x)
+}
+
+/// `AI.CONFIG LOADBACKEND TORCH <path>`.
+pub fn load_library(path: &str) -> Result<()> {
+    let mut b = BACKEND.lock();
+    if b.is_some() {
+        return Err(Error::Generic("error loading backend".into()));
+    }
+    *b = Some(open(&super::resolve_path(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
+    Ok(())
+}
+
+pub fn version() -> Option<String> {
+    BACKEND.lock().as_ref().map(|b| b.version.clone())
+}
+
+impl Backend {
+    /// Takes a message the backend allocated.
+    fn message(&self, p: *mut c_char) -> Error {
+        if p.is_null() {
+            return Error::Plain("unknown TORCH backend error".into());
+        }
+        // SAFETY: p is a NUL-terminated string from the backend, handed back to it once.
+        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        unsafe { (self.free_string)(p) };
+        Error::Plain(s)
+    }
+
+    /// Runs `call` (which fills outputs or an error) and copies the outputs into module tensors.
+    pub fn collect(
+        &self,
+        call: impl FnOnce(*mut *mut TensorOut, *mut usize, *mut *mut c_char) -> i32,
+    ) -> Result<Vec<Tensor>> {
+        let (mut outs, mut n, mut err) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+        if call(&mut outs, &mut n, &mut err) != 0 {
+            return Err(self.message(err));
+        }
+        // SAFETY: on success the backend returned `n` tensors at `outs`, each describing its own
+        // shape/data buffers; we copy them and hand the array back to the backend once.
+        unsafe {
+            let all = if n == 0 { &[][..] } else { std::slice::from_raw_parts(outs, n) };
+            let converted = all
+                .iter()
+                .map(|t| {
+                    let dtype = *DataType::ALL
+                        .get(t.dtype as usize)
+                        .ok_or_else(|| Error::Plain("bad dtype from TORCH".into()))?;
+                    let shape = if t.ndim == 0 {
+                        Vec::new()
+                    } else {
+                        std::slice::from_raw_parts(t.shape, t.ndim as usize).to_vec()
+                    };
+                    let data = if t.len == 0 { &[][..] } else { std::slice::from_raw_parts(t.data, t.len) };
+                    Tensor::from_blob(dtype, shape, data)
+                })
+                .collect();
+            (self.free_tensors)(outs, n);
+            converted
+        }
+    }
+
+    pub fn error_from(&self, rc: i32, err: *mut c_char) -> Result<()> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(self.message(err))
+        }
+    }
+}
+
+/// Views of module tensors for one call (they borrow `tensors`).
+pub fn views(tensors: &[&Tensor]) -> Vec<TensorView> {
+    tensors
+        .iter()
+        .map(|t| TensorView {
+            dtype: DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0) as u32,
+            ndim: t.shape().len() as u32,
+            shape: t.shape().as_ptr(),
+            data: t.data().as_ptr(),
+            len: t.data().len(),
+        })
+        .collect()
+}
+
+pub fn str_view(s: &[u8]) -> StrView {
+    StrView { ptr: s.as_ptr(), len: s.len() }
+}
+
+pub fn gpu_index(opts: &LoadOptions) -> i32 {
+    match opts.device.kind {
+        DeviceKind::Gpu => opts.device.id.unwrap_or(0) as i32,
+        DeviceKind::Cpu => -1,
+    }
+}
+
+pub struct TorchModel {
+    backend: Arc<Backend>,
+    handle: *mut c_void,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    intra: i32,
+}
+
+// SAFETY: a TorchScript module's forward may run from several threads at once (inference only, no
+// state is mutated); the handle is freed only in Drop.
+unsafe impl Send for TorchModel {}
+unsafe impl Sync for TorchModel {}
+
+impl Drop for TorchModel {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from model_load and is freed once.
+        unsafe { (self.backend.model_free)(self.handle) }
+    }
+}
+
+pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+    let backend = backend()?;
+    let (mut handle, mut names, mut err) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: blob is valid for its length during the call; the out-pointers are writable.
+    let rc =
+        unsafe { (backend.model_load)(blob.as_ptr(), blob.len(), gpu_index(opts), &mut handle, &mut names, &mut err) };
+    backend.error_from(rc, err)?;
+    let described = backend.message(names).to_string();
+    let (inputs, n_out) = described.rsplit_once('\t').unwrap_or((described.as_str(), "1"));
+    let inputs: Vec<String> =
+        if inputs.is_empty() { Vec::new() } else { inputs.split('\n').map(str::to_string).collect() };
+    let outputs = vec![String::new(); n_out.parse().unwrap_or(1)];
+    Ok(Box::new(TorchModel { backend, handle, inputs, outputs, intra: opts.intra_op_threads as i32 }))
+}
+
+impl LoadedModel for TorchModel {
+    fn inputs(&self) -> &[String] {
+        &self.inputs
+    }
+    fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let v = views(inputs);
+        // SAFETY: the views borrow `inputs` for the call; the handle is live.
+        self.backend.collect(|outs, n, err| unsafe {
+            (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, outs, n, err)
+        })
+    }
+}
+
+pub struct TorchScript {
+    backend: Arc<Backend>,
+    handle: *mut c_void,
+    intra: i32,
+}
+
+// SAFETY: a compiled TorchScript CompilationUnit's functions may be called from several threads; the
+// handle is freed only in Drop.
+unsafe impl Send for TorchScript {}
+unsafe impl Sync for TorchScript {}
+
+impl Drop for TorchScript {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from script_compile and is freed once.
+        unsafe { (self.backend.script_free)(self.handle) }
+    }
+}
+
+pub fn load_script(spec: &ScriptSpec, device: &crate::device::Device) -> Result<Box<dyn LoadedScript>> {
+    let backend = backend()?;
+    let gpu = match device.kind {
+        DeviceKind::Gpu => device.id.unwrap_or(0) as i32,
+        DeviceKind::Cpu => -1,
+    };
+    let (mut handle, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the source is valid for its length during the call; the out-pointers are writable.
+    let rc = unsafe { (backend.script_compile)(spec.source.as_ptr(), spec.source.len(), gpu, &mut handle, &mut err) };
+    backend.error_from(rc, err)?;
+    let script = TorchScript { backend: backend.clone(), handle, intra: CONFIG.read().intra_op_parallelism as i32 };
+    for name in &spec.entry_points {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: the handle is live; the name is borrowed for the call.
+        let rc = unsafe { (backend.script_check_entry)(script.handle, str_view(name.as_bytes()), &mut err) };
+        backend.error_from(rc, err)?;
+    }
+    Ok(Box::new(script))
+}
+
+impl LoadedScript for TorchScript {
+    fn run(
+        &self,
+        function: &[u8],
+        style: CallStyle,
+        tensors: &[&Tensor],
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Vec<Tensor>> {
+        let v = views(tensors);
+        let k: Vec<StrView> = keys.iter().map(|x| str_view(x)).collect();
+        let a: Vec<StrView> = args.iter().map(|x| str_view(x)).collect();
+        let (call, list_from) = match style {
+            CallStyle::EntryPoint => (abi::CALL_ENTRY_POINT, -1),
+            CallStyle::Positional { list_from } => (abi::CALL_POSITIONAL, list_from.map_or(-1, |i| i as isize)),
+        };
+        // SAFETY: every view borrows data that outlives the call; the handle is live.
+        self.backend.collect(|outs, n, err| unsafe {
+            (self.backend.script_run)(
+                self.handle,
+                str_view(function),
+                call,
+                v.as_ptr(),
+                v.len(),
+                list_from,
+                k.as_ptr(),
+                k.len(),
+                a.as_ptr(),
+                a.len(),
+                self.intra,
+                outs,
+                n,
+                err,
+            )
+        })
+    }
+}

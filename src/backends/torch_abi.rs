@@ -1,0 +1,86 @@
+//! The C ABI between the module and its libtorch backend, `libredisai_torch.so` (crate `torch/`), which is
+//! opened at first use so that the module never loads libtorch unless TORCH is used. Both sides include
+//! this file. Memory crosses the boundary only as borrowed views (module → backend) or as values the
+//! backend allocated and frees itself (`rai_torch_free_*`).
+
+#![allow(dead_code)]
+
+use std::ffi::{c_char, c_void};
+
+/// Bumped on every change of the functions or structs below; both sides check it.
+pub const ABI_VERSION: u32 = 1;
+
+/// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
+#[repr(C)]
+pub struct TensorView {
+    pub dtype: u32,
+    pub ndim: u32,
+    pub shape: *const i64,
+    pub data: *const u8,
+    pub len: usize,
+}
+
+/// A tensor the backend produced; freed with `rai_torch_free_tensors`.
+#[repr(C)]
+pub struct TensorOut {
+    pub dtype: u32,
+    pub ndim: u32,
+    pub shape: *mut i64,
+    pub data: *mut u8,
+    pub len: usize,
+}
+
+/// A borrowed byte string.
+#[repr(C)]
+pub struct StrView {
+    pub ptr: *const u8,
+    pub len: usize,
+}
+
+/// How a script function is called.
+pub const CALL_ENTRY_POINT: i32 = 0; // def f(tensors: List[Tensor], keys: List[str], args: List[str])
+pub const CALL_POSITIONAL: i32 = 1; // AI.SCRIPTSET scripts: tensor arguments, optionally a trailing List[Tensor]
+
+/// Every function returns 0 on success; on failure it stores a message in `*err`
+/// (freed with `rai_torch_free_string`).
+pub type AbiVersionFn = unsafe extern "C" fn() -> u32;
+pub type VersionFn = unsafe extern "C" fn() -> *mut c_char;
+pub type ModelLoadFn = unsafe extern "C" fn(
+    blob: *const u8,
+    len: usize,
+    gpu: i32,
+    model: *mut *mut c_void,
+    input_names: *mut *mut c_char,
+    err: *mut *mut c_char,
+) -> i32;
+pub type ModelRunFn = unsafe extern "C" fn(
+    model: *mut c_void,
+    inputs: *const TensorView,
+    ninputs: usize,
+    intra_threads: i32,
+    outputs: *mut *mut TensorOut,
+    noutputs: *mut usize,
+    err: *mut *mut c_char,
+) -> i32;
+pub type FreeFn = unsafe extern "C" fn(ptr: *mut c_void);
+pub type ScriptCompileFn =
+    unsafe extern "C" fn(src: *const u8, len: usize, gpu: i32, script: *mut *mut c_void, err: *mut *mut c_char) -> i32;
+pub type ScriptCheckEntryFn = unsafe extern "C" fn(script: *mut c_void, name: StrView, err: *mut *mut c_char) -> i32;
+pub type ScriptRunFn = unsafe extern "C" fn(
+    script: *mut c_void,
+    function: StrView,
+    call: i32,
+    tensors: *const TensorView,
+    ntensors: usize,
+    list_from: isize,
+    keys: *const StrView,
+    nkeys: usize,
+    args: *const StrView,
+    nargs: usize,
+    intra_threads: i32,
+    outputs: *mut *mut TensorOut,
+    noutputs: *mut usize,
+    err: *mut *mut c_char,
+) -> i32;
+pub type FreeTensorsFn = unsafe extern "C" fn(tensors: *mut TensorOut, n: usize);
+pub type FreeStringFn = unsafe extern "C" fn(s: *mut c_char);

@@ -1,0 +1,114 @@
+//! AI.SCRIPTSTORE / SCRIPTSET / SCRIPTGET / SCRIPTDEL / SCRIPTEXECUTE / SCRIPTRUN / _SCRIPTSCAN.
+
+use std::sync::Arc;
+
+use redis_module::raw;
+
+use super::shared::{ensure_queue, reply_single_op, store_in_background};
+use super::Cmd;
+use crate::commands::script::{
+    parse_scriptexecute, parse_scriptrun, parse_scriptset, parse_scriptstore, scriptget_reply, ScriptCall,
+};
+use crate::error::{Error, Result};
+use crate::exec::dag::{Op, OpKind, Plan};
+use crate::exec::queues;
+use crate::exec::run::Run;
+use crate::redis::blocking::Blocked;
+use crate::redis::keyspace::Key;
+use crate::redis::script_type::{ScriptValue, SCRIPT_TYPE};
+use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::reply::Reply;
+use crate::script::Script;
+use crate::stats;
+
+pub fn scriptstore(c: &Cmd) -> Result<()> {
+    let spec = parse_scriptstore(&c.args)?;
+    store_in_background(c, "script", move |key| Script::build(key, spec), commit_script)
+}
+
+pub fn scriptset(c: &Cmd) -> Result<()> {
+    let spec = parse_scriptset(&c.args)?;
+    store_in_background(c, "script", move |key| Script::build(key, spec), commit_script)
+}
+
+fn commit_script(ctx: *mut raw::RedisModuleCtx, key: &[u8], script: Script) -> Result<()> {
+    ensure_queue(&script.queue_key())?;
+    let k = Key::open_name(ctx, key, true);
+    k.check_type(&SCRIPT_TYPE)?;
+    let script = Arc::new(script);
+    let s = script.stats.clone();
+    k.set::<ScriptValue>(&SCRIPT_TYPE, script)?;
+    stats::publish(&s);
+    Ok(())
+}
+
+pub fn scriptget(c: &Cmd) -> Result<()> {
+    if !(2..=4).contains(&c.args.len()) {
+        return Err(Error::WrongArity("AI.SCRIPTGET"));
+    }
+    let k = Key::open(c.ctx, c.raw[1], false);
+    let s = k.get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
+    c.reply(&scriptget_reply(&s.spec, &c.args[2..]));
+    Ok(())
+}
+
+pub fn scriptdel(c: &Cmd) -> Result<()> {
+    if c.args.len() != 2 {
+        return Err(Error::WrongArity("AI.SCRIPTDEL"));
+    }
+    let k = Key::open(c.ctx, c.raw[1], true);
+    k.get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
+    k.delete();
+    c.replicate_verbatim();
+    c.reply(&Reply::OK);
+    Ok(())
+}
+
+pub fn scriptexecute(c: &Cmd) -> Result<()> {
+    if c.args.len() < 3 {
+        return Err(Error::WrongArity("AI.SCRIPTEXECUTE"));
+    }
+    execute(c, |argv| parse_scriptexecute(argv, false))
+}
+
+pub fn scriptrun(c: &Cmd) -> Result<()> {
+    if c.args.len() < 3 {
+        return Err(Error::WrongArity("AI.SCRIPTRUN"));
+    }
+    execute(c, parse_scriptrun)
+}
+
+/// A script call is a one-op DAG, like a model execution.
+fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) -> Result<()> {
+    Blocked::check_can_block(c.ctx)?;
+    let script =
+        Key::open(c.ctx, c.raw[1], false).get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?.clone();
+    let call = parse(&c.args)?;
+    let mut plan = Plan { timeout: call.timeout, ..Plan::default() };
+    let mut inputs = Vec::with_capacity(call.inputs.len());
+    for key in &call.inputs {
+        let t =
+            Key::open_name(c.ctx, key, false).get::<TensorValue>(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?.clone();
+        let s = plan.new_slot();
+        plan.loaded.push((s, t));
+        inputs.push(s);
+    }
+    let outputs: Vec<usize> = call.outputs.iter().map(|_| plan.new_slot()).collect();
+    plan.persist = call.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
+    let device = script.queue_key();
+    ensure_queue(&device)?;
+    plan.ops.push(Op {
+        kind: OpKind::Script {
+            script,
+            function: call.function.to_vec(),
+            style: call.style,
+            inputs,
+            keys: call.keys.iter().map(|k| k.to_vec()).collect(),
+            args: call.args.iter().map(|a| a.to_vec()).collect(),
+            outputs,
+        },
+        device,
+    });
+    let blocked = Blocked::new(c.ctx)?;
+    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
+}

@@ -1,0 +1,87 @@
+//! What model and script commands share: building off the main thread and storing on it, and the reply
+//! of a single-op run (MODELEXECUTE, SCRIPTEXECUTE and their deprecated forms).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::raw;
+
+use super::persist::{replicate_argv, write_outputs};
+use super::Cmd;
+use crate::error::{Error, Result};
+use crate::exec::queues;
+use crate::exec::run::{OpOutcome, Run};
+use crate::redis::blocking::Blocked;
+use crate::redis::reply::{error, send};
+use crate::redis::strings::OwnedStrings;
+use crate::reply::Reply;
+
+/// Stores a built value under the key (on the main thread): the caller's checks, then the command is
+/// replicated as the client sent it.
+pub type Commit<V> = fn(*mut raw::RedisModuleCtx, &[u8], V) -> Result<()>;
+
+/// Runs `build` on a background thread while only this client waits, then `commit`s on the main thread.
+/// Inside MULTI or Lua nothing may block, so it is built inline there, as RedisAI always did.
+pub fn store_in_background<V: Send + 'static>(
+    c: &Cmd,
+    what: &'static str,
+    build: impl FnOnce(&[u8]) -> Result<V> + Send + 'static,
+    commit: Commit<V>,
+) -> Result<()> {
+    let key = c.args[1].to_vec();
+    let argv = OwnedStrings::retain(c.raw);
+    if Blocked::check_can_block(c.ctx).is_err() {
+        finish_store(c.ctx, &key, build(&key), commit, argv);
+        return Ok(());
+    }
+    let blocked = Blocked::new(c.ctx)?;
+    let job = move || {
+        let built = catch_unwind(AssertUnwindSafe(|| build(&key)))
+            .unwrap_or_else(|_| Err(Error::Generic(format!("internal error while building the {what}"))));
+        blocked.complete(move |ctx| finish_store(ctx, &key, built, commit, argv));
+    };
+    std::thread::Builder::new()
+        .name(format!("ai:{what}store"))
+        .spawn(job)
+        .map(drop)
+        .map_err(|e| Error::Generic(format!("cannot start a {what} build: {e}")))
+}
+
+fn finish_store<V>(
+    ctx: *mut raw::RedisModuleCtx,
+    key: &[u8],
+    built: Result<V>,
+    commit: Commit<V>,
+    mut argv: OwnedStrings,
+) {
+    match built.and_then(|v| commit(ctx, key, v)).and_then(|_| replicate_argv(ctx, &mut argv)) {
+        Ok(()) => send(ctx, &Reply::OK),
+        Err(e) => error(ctx, &e.reply_text()),
+    }
+}
+
+/// RedisAI creates a device's queue (and its workers) when a model or script is stored for it.
+pub fn ensure_queue(device: &str) -> Result<()> {
+    queues().get(device).map(drop).map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))
+}
+
+/// `OK` after storing the outputs, `TIMEDOUT`, or the op's error.
+pub fn reply_single_op(ctx: *mut raw::RedisModuleCtx, run: &Run) {
+    if run.timed_out() {
+        return send(ctx, &Reply::Simple("TIMEDOUT"));
+    }
+    let result = match run.outcome(0) {
+        OpOutcome::Failed(e) => Err(e),
+        OpOutcome::NotRun => Err(Error::Generic("the operation did not run".into())),
+        OpOutcome::Done => run
+            .plan
+            .persist
+            .iter()
+            .map(|(k, s)| run.slot(*s).map(|t| (k.clone(), t)).ok_or_else(|| Error::Generic("missing output".into())))
+            .collect::<Result<Vec<_>>>()
+            .and_then(|outs| write_outputs(ctx, &outs)),
+    };
+    match result {
+        Ok(()) => send(ctx, &Reply::OK),
+        Err(e) => error(ctx, &e.reply_text()),
+    }
+}

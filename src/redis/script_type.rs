@@ -1,0 +1,119 @@
+//! The `AI_SCRIPT` data type: RDB in RedisAI's layout, AOF rewrite, MEMORY USAGE.
+
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::io::Io;
+use super::log_warning;
+use super::model_type::key_name;
+use super::strings::OwnedStrings;
+use super::types::guard;
+use crate::rdb::{load_script, save_script, ENCVER};
+use crate::script::Script;
+use crate::stats;
+
+pub type ScriptValue = Arc<Script>;
+
+pub static SCRIPT_TYPE: RedisType = RedisType::new(
+    "AI_SCRIPT",
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(script_rdb_load),
+        rdb_save: Some(script_rdb_save),
+        aof_rewrite: Some(script_aof_rewrite),
+        mem_usage: Some(script_mem_usage),
+        digest: None,
+        free: Some(script_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// SAFETY: every value of this type is a `Box<ScriptValue>` made by `Key::set` or `script_rdb_load`.
+unsafe fn script_ref<'a>(value: *const c_void) -> &'a Script {
+    // SAFETY: see above; Redis keeps the value alive during the callback.
+    unsafe { &*(value as *const ScriptValue) }
+}
+
+extern "C" fn script_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard("AI_SCRIPT rdb_load", std::ptr::null_mut(), || match load_script(&mut Io(rdb), encver) {
+        Ok(spec) => {
+            let key = key_name(rdb);
+            let script = Script::restore(&key, spec);
+            if let Err(e) = &script.handle {
+                log_warning(&format!(
+                    "redisai: script '{}' was loaded but cannot run until it compiles: {e}",
+                    String::from_utf8_lossy(&key)
+                ));
+            }
+            stats::publish(&script.stats);
+            Box::into_raw(Box::new(Arc::new(script))) as *mut c_void
+        }
+        Err(e) => {
+            log_warning(&format!("redisai: cannot load script: {e}"));
+            std::ptr::null_mut()
+        }
+    })
+}
+
+extern "C" fn script_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: see `script_ref`.
+    guard("AI_SCRIPT rdb_save", (), || save_script(&unsafe { script_ref(value) }.spec, &mut Io(rdb)))
+}
+
+/// `AI.SCRIPTSTORE <key> <device> TAG <tag> ENTRY_POINTS <n> <fn>... SOURCE <src>`, or for scripts stored
+/// with the deprecated AI.SCRIPTSET (no entry points) `AI.SCRIPTSET <key> <device> TAG <tag> SOURCE <src>`:
+/// RedisAI wrote SCRIPTSTORE without ENTRY_POINTS for those, which cannot be replayed.
+extern "C" fn script_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    guard("AI_SCRIPT aof_rewrite", (), || {
+        // SAFETY: see `script_ref`.
+        let s = &unsafe { script_ref(value) }.spec;
+        let mut w: Vec<Vec<u8>> = vec![s.device_name.clone().into(), b"TAG".to_vec(), s.tag.clone()];
+        let cmd = if s.entry_points.is_empty() {
+            c"AI.SCRIPTSET"
+        } else {
+            w.push(b"ENTRY_POINTS".to_vec());
+            w.push(s.entry_points.len().to_string().into());
+            w.extend(s.entry_points.iter().map(|e| e.clone().into_bytes()));
+            c"AI.SCRIPTSTORE"
+        };
+        w.push(b"SOURCE".to_vec());
+        w.push(s.source.clone().into_bytes());
+        let mut words = OwnedStrings::new(&w);
+        // SAFETY: the arguments match the format "sv" (string, vector+count); EmitAOF copies them.
+        unsafe {
+            raw::RedisModule_EmitAOF.expect("API initialised")(
+                aof,
+                cmd.as_ptr(),
+                c"sv".as_ptr(),
+                key,
+                words.0.as_mut_ptr(),
+                words.0.len(),
+            );
+        }
+    })
+}
+
+extern "C" fn script_mem_usage(value: *const c_void) -> usize {
+    // SAFETY: see `script_ref`.
+    guard("AI_SCRIPT mem_usage", 0, || unsafe { script_ref(value) }.mem_usage())
+}
+
+extern "C" fn script_free(value: *mut c_void) {
+    // SAFETY: see `script_ref`; Redis frees each value once. Runs still holding the script keep it alive.
+    guard("AI_SCRIPT free", (), || drop(unsafe { Box::from_raw(value as *mut ScriptValue) }))
+}

@@ -1,0 +1,226 @@
+"""The ONNX kill switch (spec §3.3 MODEL_EXECUTION_TIMEOUT, §1.8, §3.4): an ONNX run that takes longer than
+MODEL_EXECUTION_TIMEOUT ms (load-time, default 5000, at least 1000) is terminated and fails with ONNX
+Runtime's `Exiting due to terminate flag being set to true`; the server stays responsive meanwhile, the worker
+serves the next request right after, and with THREADS_PER_QUEUE 2 the other worker of the queue keeps serving.
+
+loop_forever.onnx (tests/data/gen_onnx.py): x FLOAT [1] -> y, an ONNX Loop with trip count 2^62 that never
+ends unless stopped."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import redis
+
+from conftest import MODULE_PATH, ONNX_LIB, RespError, wait_for
+from onnx_models import RawClient, ai_info, get_tensor, modules_info, set_tensor, store, weights
+
+TERMINATED = "Exiting due to terminate flag being set to true"
+
+
+def mexec(model, inputs, outputs, *extra):
+    return ["AI.MODELEXECUTE", model, "INPUTS", len(inputs), *inputs, "OUTPUTS", len(outputs), *outputs, *extra]
+
+
+def blocked_names(srv):
+    text = srv.raw("CLIENT", "LIST")
+    assert not isinstance(text, RespError), text
+    names = set()
+    for line in text.decode(errors="replace").splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
+        if "b" in fields.get("flags", ""):
+            names.add(fields.get("name", ""))
+    return names
+
+
+class Request(threading.Thread):
+    """One command from its own named connection, on a thread; the reply as sent on the wire (errors as
+    RespError with their full text)."""
+
+    def __init__(self, srv, name, *cmd):
+        super().__init__(daemon=True)
+        self.name_ = name
+        self.conn = RawClient(srv.port, timeout=60)
+        self.conn.send("CLIENT", "SETNAME", name)
+        assert self.conn.reply() == "OK"
+        self.cmd = cmd
+        self.reply = None
+        self.error = None
+        self.elapsed = None
+        self.start()
+
+    def run(self):
+        t0 = time.monotonic()
+        try:
+            self.conn.send(*self.cmd)
+            self.reply = self.conn.reply()
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+        finally:
+            self.elapsed = time.monotonic() - t0
+            self.conn.close()
+
+    def result(self, timeout=30.0):
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name_}: no reply after {timeout}s"
+        assert self.error is None, f"{self.name_}: {self.error!r}"
+        return self.reply
+
+
+def assert_terminated(reply):
+    assert isinstance(reply, RespError) and TERMINATED in reply, reply
+
+
+def setup_models(con):
+    store(con, "loop", "loop_forever")
+    store(con, "lin", "linear", device="CPU")
+    set_tensor(con, "lx", np.zeros(1, dtype=np.float32))
+    x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+    set_tensor(con, "x", x)
+    assert con.execute_command(*mexec("lin", ["x"], ["warm"])) == b"OK"
+    return x
+
+
+def onnx_args():
+    return ["ONNX", ONNX_LIB] if ONNX_LIB else []
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.module_args("MODEL_EXECUTION_TIMEOUT", "1000")
+def test_runaway_run_is_terminated(server):
+    """A never-ending run fails after about 1 s with the terminate error; PING is answered at once
+    meanwhile; a linear request queued behind it on the same `CPU` queue is served right after; AI.INFO
+    counts the error."""
+    con = server.client()
+    assert modules_info(server)["ai_model_execution_timeout"] == "1000"
+    x = setup_models(con)
+    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]))
+    wait_for(lambda: "loop" in blocked_names(server), 5, what="the runaway request to block")
+    time.sleep(0.2)
+    # queued behind the runaway run on the same device queue
+    behind = Request(server, "behind", *mexec("lin", ["x"], ["y_behind"]))
+    latencies = []
+    while loop.is_alive() and len(latencies) < 1000:
+        t0 = time.monotonic()
+        assert con.ping()
+        latencies.append(time.monotonic() - t0)
+        time.sleep(0.02)
+    assert_terminated(loop.result(10))
+    assert 0.9 <= loop.elapsed < 4.0, f"the runaway run ended after {loop.elapsed:.3f}s"
+    assert len(latencies) >= 10 and max(latencies) < 0.5, (len(latencies), max(latencies))
+    assert behind.result(10) == "OK"
+    # served right after the kill, not after another timeout
+    assert behind.elapsed < loop.elapsed + 1.0, (behind.elapsed, loop.elapsed)
+    np.testing.assert_allclose(get_tensor(con, "y_behind"), weights.linear(x), rtol=1e-5, atol=1e-5)
+    assert con.exists("ly") == 0
+    # and the same queue keeps serving
+    t0 = time.monotonic()
+    assert con.execute_command(*mexec("lin", ["x"], ["y_after"])) == b"OK"
+    assert time.monotonic() - t0 < 1.0
+    np.testing.assert_allclose(get_tensor(con, "y_after"), weights.linear(x), rtol=1e-5, atol=1e-5)
+    info = ai_info(con, "loop")
+    assert (info["calls"], info["errors"]) == (1, 1)
+    info = ai_info(con, "lin")
+    assert (info["calls"], info["errors"]) == (3, 0)
+
+
+@pytest.mark.module_args("MODEL_EXECUTION_TIMEOUT", "1000")
+def test_runaway_run_inside_a_dag(server):
+    """A DAG whose model op runs away: the op's entry is the terminate error, the ops after it are `NA`,
+    the op before it `OK`, nothing is PERSISTed; AI.INFO counts the error (and the successful op)."""
+    con = server.client()
+    setup_models(con)
+    t0 = time.monotonic()
+    reply = server.raw("AI.DAGEXECUTE", "LOAD", 2, "x", "lx", "PERSIST", 1, "y",
+                       "|>", *mexec("lin", ["x"], ["y"]),
+                       "|>", *mexec("loop", ["lx"], ["ly"]),
+                       "|>", "AI.TENSORGET", "ly", "VALUES")
+    elapsed = time.monotonic() - t0
+    assert isinstance(reply, list) and len(reply) == 3, reply
+    assert reply[0] == "OK" and reply[2] == "NA", reply
+    assert_terminated(reply[1])
+    assert 0.9 <= elapsed < 4.0, f"the DAG took {elapsed:.3f}s"
+    assert con.exists("y") == 0
+    assert ai_info(con, "loop")["errors"] == 1
+    assert ai_info(con, "loop")["calls"] == 1
+    info = ai_info(con, "lin")
+    assert (info["calls"], info["errors"]) == (2, 0)
+    assert con.ping()
+
+
+@pytest.mark.module_args("THREADS_PER_QUEUE", "2", "MODEL_EXECUTION_TIMEOUT", "1000")
+def test_runaway_run_does_not_stop_the_other_worker(server):
+    """THREADS_PER_QUEUE 2: while one worker is stuck in a runaway run, the other worker of the same queue
+    serves linear requests one after the other (none of them is terminated); after the kill both workers
+    serve; two runaway runs at once (one per worker) are both terminated."""
+    con = server.client()
+    x = setup_models(con)
+    want = weights.linear(x)
+    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]))
+    wait_for(lambda: "loop" in blocked_names(server), 5, what="the runaway request to block")
+    served = 0
+    while loop.is_alive():
+        t0 = time.monotonic()
+        reply = server.raw(*mexec("lin", ["x"], ["y"]))
+        dt = time.monotonic() - t0
+        assert reply == "OK", reply
+        assert dt < 0.5 or not loop.is_alive(), f"a linear run took {dt:.3f}s while the other worker was stuck"
+        served += 1
+        time.sleep(0.01)
+    assert_terminated(loop.result(10))
+    assert 0.9 <= loop.elapsed < 4.0, f"the runaway run ended after {loop.elapsed:.3f}s"
+    assert served >= 10, served
+    np.testing.assert_allclose(get_tensor(con, "y"), want, rtol=1e-5, atol=1e-5)
+    for _ in range(6):
+        assert server.raw(*mexec("lin", ["x"], ["y"])) == "OK"
+    # two at once: one per worker
+    loops = [Request(server, f"loop{i}", *mexec("loop", ["lx"], [f"ly{i}"])) for i in range(2)]
+    for r in loops:
+        assert_terminated(r.result(10))
+        assert 0.9 <= r.elapsed < 5.0, f"{r.name_} ended after {r.elapsed:.3f}s"
+    for _ in range(4):
+        t0 = time.monotonic()
+        assert server.raw(*mexec("lin", ["x"], ["y"])) == "OK"
+        assert time.monotonic() - t0 < 1.0
+    np.testing.assert_allclose(get_tensor(con, "y"), want, rtol=1e-5, atol=1e-5)
+    info = ai_info(con, "loop")
+    assert (info["calls"], info["errors"]) == (3, 3)
+    info = ai_info(con, "lin")
+    assert (info["calls"], info["errors"]) == (1 + served + 6 + 4, 0)
+
+
+@pytest.mark.parametrize("value", ["999", "0", "500", "-1", "x"])
+def test_execution_timeout_below_1000_is_refused(make_server, value):
+    """MODEL_EXECUTION_TIMEOUT < 1000 (or not a number) makes MODULE LOAD fail; 1000 is accepted."""
+    srv = make_server(load_module=False)
+    con = srv.client()
+    with pytest.raises(redis.exceptions.ResponseError):
+        con.execute_command("MODULE", "LOAD", MODULE_PATH, *onnx_args(), "MODEL_EXECUTION_TIMEOUT", value)
+    assert con.execute_command("MODULE", "LIST") == []
+    assert f"MODEL_EXECUTION_TIMEOUT {value}" in srv.log()
+    assert con.execute_command("MODULE", "LOAD", MODULE_PATH, *onnx_args(), "MODEL_EXECUTION_TIMEOUT", "1000") == b"OK"
+    assert modules_info(srv)["ai_model_execution_timeout"] == "1000"
+
+
+def test_default_execution_timeout_is_5000(server):
+    """Without MODEL_EXECUTION_TIMEOUT the limit is 5000 ms: INFO says so and a runaway run stops after 5 to
+    8 s (the one slow test of this file), with PING answered meanwhile."""
+    con = server.client()
+    assert modules_info(server)["ai_model_execution_timeout"] == "5000"
+    setup_models(con)
+    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]))
+    worst = 0.0
+    while loop.is_alive():
+        t0 = time.monotonic()
+        assert con.ping()
+        worst = max(worst, time.monotonic() - t0)
+        time.sleep(0.05)
+    assert_terminated(loop.result(10))
+    assert 4.9 <= loop.elapsed < 8.0, f"the runaway run ended after {loop.elapsed:.3f}s"
+    assert worst < 0.5, worst
+    assert con.execute_command(*mexec("lin", ["x"], ["y"])) == b"OK"
+    info = ai_info(con, "loop")
+    assert (info["calls"], info["errors"]) == (1, 1)

@@ -1,0 +1,28 @@
+//! Builds the small C++ shim around `torch::jit` (loading modules with their argument names, compiling
+//! TorchScript source) against the libtorch in $LIBTORCH, and records an rpath to it so that redis-server
+//! needs no LD_LIBRARY_PATH.
+use std::path::PathBuf;
+
+fn main() {
+    let libtorch = PathBuf::from(
+        std::env::var("LIBTORCH").expect("LIBTORCH must point at the libtorch cache (make build sets it)"),
+    );
+    println!("cargo:rerun-if-env-changed=LIBTORCH");
+    println!("cargo:rerun-if-changed=src/shim.cpp");
+    let include = libtorch.join("include");
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
+        .file("src/shim.cpp")
+        .compile("redisai_torch_shim");
+    let lib = libtorch.join("lib");
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    println!("cargo:rustc-link-lib=dylib=torch_cpu");
+    println!("cargo:rustc-link-lib=dylib=c10");
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
+}

@@ -1,0 +1,358 @@
+//! `libredisai_torch.so`: the module's libtorch backend behind the C ABI of `src/backends/torch_abi.rs`.
+//! Tensors go through `tch`; the TorchScript parts tch lacks go through `shim.cpp`.
+
+#[path = "../../src/backends/torch_abi.rs"]
+mod abi;
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use abi::{StrView, TensorOut, TensorView};
+use tch::{Kind, Tensor};
+
+extern "C" {
+    fn rai_shim_free_string(s: *mut c_char);
+    fn rai_shim_free_array(a: *mut *mut c_void);
+    fn rai_shim_module_load(
+        data: *const c_char,
+        len: usize,
+        gpu: i32,
+        names: *mut *mut c_char,
+        noutputs: *mut usize,
+        err: *mut *mut c_char,
+    ) -> *mut c_void;
+    fn rai_shim_module_forward(
+        module: *mut c_void,
+        inputs: *const *const c_void,
+        n: usize,
+        outs: *mut *mut *mut c_void,
+        nout: *mut usize,
+        err: *mut *mut c_char,
+    ) -> i32;
+    fn rai_shim_module_free(module: *mut c_void);
+    fn rai_shim_script_compile(src: *const c_char, len: usize, gpu: i32, err: *mut *mut c_char) -> *mut c_void;
+    fn rai_shim_script_free(script: *mut c_void);
+    fn rai_shim_script_check_entry(script: *mut c_void, name: *const c_char, err: *mut *mut c_char) -> i32;
+    fn rai_shim_script_run(
+        script: *mut c_void,
+        name: *const c_char,
+        call: i32,
+        tensors: *const *const c_void,
+        n: usize,
+        list_from: libc::c_long,
+        keys: *const *const c_char,
+        key_lens: *const usize,
+        nkeys: usize,
+        args: *const *const c_char,
+        arg_lens: *const usize,
+        nargs: usize,
+        outs: *mut *mut *mut c_void,
+        nout: *mut usize,
+        err: *mut *mut c_char,
+    ) -> i32;
+}
+
+/// The module's dtype order (`DataType::ALL`): FLOAT DOUBLE INT8 INT16 INT32 INT64 UINT8 UINT16 BOOL STRING.
+const NAMES: [&str; 10] = ["FLOAT", "DOUBLE", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "BOOL", "STRING"];
+
+fn kind_of(dtype: u32) -> Result<Kind, String> {
+    Ok(match dtype {
+        0 => Kind::Float,
+        1 => Kind::Double,
+        2 => Kind::Int8,
+        3 => Kind::Int16,
+        4 => Kind::Int,
+        5 => Kind::Int64,
+        6 => Kind::Uint8,
+        8 => Kind::Bool,
+        d => {
+            return Err(format!(
+                "{} tensors are not supported by the TORCH backend",
+                NAMES.get(d as usize).unwrap_or(&"?")
+            ))
+        }
+    })
+}
+
+fn dtype_of(kind: Kind) -> Result<u32, String> {
+    Ok(match kind {
+        Kind::Float => 0,
+        Kind::Double => 1,
+        Kind::Int8 => 2,
+        Kind::Int16 => 3,
+        Kind::Int => 4,
+        Kind::Int64 => 5,
+        Kind::Uint8 => 6,
+        Kind::Bool => 8,
+        k => return Err(format!("the model returned a tensor of unsupported type {k:?}")),
+    })
+}
+
+/// SAFETY (callers): `v` describes `ndim` dims and `len` readable bytes, valid for the call.
+unsafe fn to_tensor(v: &TensorView) -> Result<Tensor, String> {
+    let shape = if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) };
+    let data = if v.len == 0 { &[][..] } else { std::slice::from_raw_parts(v.data, v.len) };
+    Tensor::f_from_data_size(data, shape, kind_of(v.dtype)?).map_err(|e| e.to_string())
+}
+
+fn to_out(t: &Tensor) -> Result<TensorOut, String> {
+    let t = t.f_to_device(tch::Device::Cpu).and_then(|t| t.f_contiguous()).map_err(|e| e.to_string())?;
+    let dtype = dtype_of(t.kind())?;
+    let numel = t.numel();
+    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()].into_boxed_slice();
+    if numel > 0 {
+        t.f_copy_data_u8(&mut data, numel).map_err(|e| e.to_string())?;
+    }
+    let shape = t.size().into_boxed_slice();
+    let (ndim, len) = (shape.len() as u32, data.len());
+    Ok(TensorOut { dtype, ndim, shape: Box::into_raw(shape) as *mut i64, data: Box::into_raw(data) as *mut u8, len })
+}
+
+/// SAFETY (callers): `err` is writable.
+unsafe fn fail(err: *mut *mut c_char, msg: String) -> i32 {
+    *err = CString::new(msg.replace('\0', " ")).unwrap_or_default().into_raw();
+    1
+}
+
+/// Takes a message the shim malloc'd.
+unsafe fn shim_message(p: *mut c_char) -> String {
+    if p.is_null() {
+        return "unknown libtorch error".into();
+    }
+    let s = CStr::from_ptr(p).to_string_lossy().into_owned();
+    rai_shim_free_string(p);
+    s
+}
+
+/// Runs `f`, turning a panic into an error: nothing may unwind into the module.
+unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), String>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => fail(err, e),
+        Err(_) => fail(err, "internal error in the TORCH backend".into()),
+    }
+}
+
+/// Adopts the tensors of a shim array and hands them out as `TensorOut`s.
+unsafe fn adopt(
+    arr: *mut *mut c_void,
+    n: usize,
+    outputs: *mut *mut TensorOut,
+    noutputs: *mut usize,
+) -> Result<(), String> {
+    let tensors: Vec<Tensor> = (0..n).map(|i| Tensor::from_ptr(*arr.add(i) as *mut _)).collect();
+    rai_shim_free_array(arr);
+    let outs = tensors.iter().map(to_out).collect::<Result<Vec<_>, _>>()?;
+    let boxed = outs.into_boxed_slice();
+    *noutputs = boxed.len();
+    *outputs = Box::into_raw(boxed) as *mut TensorOut;
+    Ok(())
+}
+
+fn set_threads(intra: i32) {
+    if intra > 0 {
+        // Per OS thread in libtorch: set on the worker that runs.
+        tch::set_num_threads(intra);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn rai_torch_abi() -> u32 {
+    abi::ABI_VERSION
+}
+
+#[no_mangle]
+pub extern "C" fn rai_torch_version() -> *mut c_char {
+    CString::new("2.13.0").unwrap_or_default().into_raw()
+}
+
+/// # Safety
+/// See `abi::ModelLoadFn`.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_model_load(
+    blob: *const u8,
+    len: usize,
+    gpu: i32,
+    model: *mut *mut c_void,
+    input_names: *mut *mut c_char,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        if gpu >= 0 && !tch::Cuda::is_available() {
+            return Err("GPU requested but Torch couldn't find CUDA".into());
+        }
+        let (mut names, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+        let m = rai_shim_module_load(blob as *const c_char, len, gpu, &mut names, &mut n, &mut e);
+        if m.is_null() {
+            return Err(shim_message(e));
+        }
+        let joined = shim_message(names);
+        // "<inputs>\t<number of outputs>"
+        *input_names = CString::new(format!("{joined}\t{n}")).unwrap_or_default().into_raw();
+        *model = m;
+        Ok(())
+    })
+}
+
+/// # Safety
+/// See `abi::ModelRunFn`.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_model_run(
+    model: *mut c_void,
+    inputs: *const TensorView,
+    ninputs: usize,
+    intra_threads: i32,
+    outputs: *mut *mut TensorOut,
+    noutputs: *mut usize,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        set_threads(intra_threads);
+        let views = if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) };
+        let tensors = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
+        let ptrs: Vec<*const c_void> = tensors.iter().map(|t| t.as_ptr() as *const c_void).collect();
+        let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+        if rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), &mut arr, &mut n, &mut e) != 0 {
+            return Err(shim_message(e));
+        }
+        adopt(arr, n, outputs, noutputs)
+    })
+}
+
+/// # Safety
+/// `model` came from `rai_torch_model_load` and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_model_free(model: *mut c_void) {
+    let _ = catch_unwind(|| rai_shim_module_free(model));
+}
+
+/// # Safety
+/// See `abi::ScriptCompileFn`.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_script_compile(
+    src: *const u8,
+    len: usize,
+    gpu: i32,
+    script: *mut *mut c_void,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        if gpu >= 0 && !tch::Cuda::is_available() {
+            return Err("GPU requested but Torch couldn't find CUDA".into());
+        }
+        let mut e = std::ptr::null_mut();
+        let s = rai_shim_script_compile(src as *const c_char, len, gpu, &mut e);
+        if s.is_null() {
+            return Err(shim_message(e));
+        }
+        *script = s;
+        Ok(())
+    })
+}
+
+/// # Safety
+/// See `abi::ScriptCheckEntryFn`.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_script_check_entry(
+    script: *mut c_void,
+    name: StrView,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        let name = CString::new(std::slice::from_raw_parts(name.ptr, name.len))
+            .map_err(|_| "bad function name".to_string())?;
+        let mut e = std::ptr::null_mut();
+        if rai_shim_script_check_entry(script, name.as_ptr(), &mut e) != 0 {
+            return Err(shim_message(e));
+        }
+        Ok(())
+    })
+}
+
+unsafe fn strs(p: *const StrView, n: usize) -> (Vec<*const c_char>, Vec<usize>) {
+    let v: &[StrView] = if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) };
+    (v.iter().map(|s| s.ptr as *const c_char).collect(), v.iter().map(|s| s.len).collect())
+}
+
+/// # Safety
+/// See `abi::ScriptRunFn`.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_script_run(
+    script: *mut c_void,
+    function: StrView,
+    call: i32,
+    tensors: *const TensorView,
+    ntensors: usize,
+    list_from: isize,
+    keys: *const StrView,
+    nkeys: usize,
+    args: *const StrView,
+    nargs: usize,
+    intra_threads: i32,
+    outputs: *mut *mut TensorOut,
+    noutputs: *mut usize,
+    err: *mut *mut c_char,
+) -> i32 {
+    guarded(err, || {
+        set_threads(intra_threads);
+        let name = CString::new(std::slice::from_raw_parts(function.ptr, function.len))
+            .map_err(|_| "bad function name".to_string())?;
+        let views = if ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(tensors, ntensors) };
+        let ts = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
+        let ptrs: Vec<*const c_void> = ts.iter().map(|t| t.as_ptr() as *const c_void).collect();
+        let (kp, kl) = strs(keys, nkeys);
+        let (ap, al) = strs(args, nargs);
+        let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+        let rc = rai_shim_script_run(
+            script,
+            name.as_ptr(),
+            call,
+            ptrs.as_ptr(),
+            ptrs.len(),
+            list_from as libc::c_long,
+            kp.as_ptr(),
+            kl.as_ptr(),
+            nkeys,
+            ap.as_ptr(),
+            al.as_ptr(),
+            nargs,
+            &mut arr,
+            &mut n,
+            &mut e,
+        );
+        if rc != 0 {
+            return Err(shim_message(e));
+        }
+        adopt(arr, n, outputs, noutputs)
+    })
+}
+
+/// # Safety
+/// `script` came from `rai_torch_script_compile` and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_script_free(script: *mut c_void) {
+    let _ = catch_unwind(|| rai_shim_script_free(script));
+}
+
+/// # Safety
+/// `tensors`/`n` came from a run of this library and are freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_free_tensors(tensors: *mut TensorOut, n: usize) {
+    if tensors.is_null() {
+        return;
+    }
+    let all = Box::from_raw(std::ptr::slice_from_raw_parts_mut(tensors, n));
+    for t in all.iter() {
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.shape, t.ndim as usize)));
+        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.data, t.len)));
+    }
+}
+
+/// # Safety
+/// `s` came from this library and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_free_string(s: *mut c_char) {
+    if !s.is_null() {
+        drop(CString::from_raw(s));
+    }
+}
