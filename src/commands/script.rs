@@ -372,7 +372,7 @@ mod tests {
         assert!(parse_scriptexecute(&words("AI.SCRIPTEXECUTE s f OUTPUTS 1 o"), true).is_ok());
         assert_eq!(
             scriptexecute_key_positions(&words("AI.SCRIPTEXECUTE s f KEYS 1 k INPUTS 2 a b ARGS 1 x OUTPUTS 1 o")),
-            vec![1, 5, 8, 9, 14]
+            vec![1, 5, 8, 9, 15]
         );
     }
 
