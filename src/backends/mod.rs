@@ -108,6 +108,58 @@ pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
     }
 }
 
+/// A backend library, opened once: at first use (from the load-time path or a default) or by
+/// `AI.CONFIG LOADBACKEND`. A failed open leaves the slot empty, so a later attempt may succeed.
+pub struct LibrarySlot<T> {
+    backend: &'static str,
+    slot: parking_lot::Mutex<Option<Arc<T>>>,
+}
+
+impl<T> LibrarySlot<T> {
+    pub const fn new(backend: &'static str) -> Self {
+        LibrarySlot { backend, slot: parking_lot::Mutex::new(None) }
+    }
+
+    /// The library, opened from the load-time path (`<BACKEND> <path>`) or else `default` the first time.
+    pub fn get(&self, default: Option<String>, open: impl FnOnce(&str) -> Result<T>) -> Result<Arc<T>> {
+        let mut slot = self.slot.lock();
+        if let Some(lib) = slot.as_ref() {
+            return Ok(lib.clone());
+        }
+        let path = given_path(self.backend).or(default).ok_or_else(|| {
+            Error::Generic(format!(
+                "Could not load backend {0}: no library path (load-time argument {0} <path>)",
+                self.backend
+            ))
+        })?;
+        let lib = Arc::new(open(&path)?);
+        *slot = Some(lib.clone());
+        Ok(lib)
+    }
+
+    /// `AI.CONFIG LOADBACKEND <backend> <path>`: RedisAI's error if one is loaded already or it fails.
+    pub fn load(&self, path: &str, open: impl FnOnce(&str) -> Result<T>) -> Result<()> {
+        let mut slot = self.slot.lock();
+        let fail = || Error::Generic("error loading backend".into());
+        if slot.is_some() {
+            return Err(fail());
+        }
+        *slot = Some(Arc::new(open(&resolve_path(path)).map_err(|_| fail())?));
+        Ok(())
+    }
+
+    pub fn loaded(&self) -> Option<Arc<T>> {
+        self.slot.lock().clone()
+    }
+}
+
+/// The library path given at load time for `backend`, if any.
+fn given_path(backend: &str) -> Option<String> {
+    let given =
+        crate::config::CONFIG.read().backend_libs.iter().rev().find(|(b, _)| b == backend).map(|(_, p)| p.clone());
+    given.map(|p| resolve_path(&p))
+}
+
 /// A relative backend path is taken relative to BACKENDSPATH, as RedisAI does.
 pub fn resolve_path(path: &str) -> String {
     match &crate::config::CONFIG.read().backends_path {

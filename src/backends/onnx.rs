@@ -10,7 +10,7 @@ use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 use parking_lot::Mutex;
 
-use super::{LoadOptions, LoadedModel};
+use super::{LibrarySlot, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -25,19 +25,9 @@ struct Runtime {
     version: String,
 }
 
-static RUNTIME: Mutex<Option<Arc<Runtime>>> = Mutex::new(None);
+static RUNTIME: LibrarySlot<Runtime> = LibrarySlot::new("ONNX");
 
-/// Where to look when no path was given: the build's backend cache (set by `make build`).
-fn default_path() -> Option<String> {
-    option_env!("REDISAI_ONNX_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}"))
-}
-
-fn configured_path() -> Option<String> {
-    let given = CONFIG.read().backend_libs.iter().rev().find(|(b, _)| b == "ONNX").map(|(_, p)| p.clone());
-    given.map(|p| super::resolve_path(&p)).or_else(default_path)
-}
-
-fn open(path: &str) -> Result<Arc<Runtime>> {
+fn open(path: &str) -> Result<Runtime> {
     let fail = |why: String| Error::Generic(format!("Could not load backend ONNX from {path}: {why}"));
     let env = ort::init_from(path)
         .map_err(|e| fail(e.to_string()))?
@@ -45,34 +35,21 @@ fn open(path: &str) -> Result<Arc<Runtime>> {
         .build()
         .map_err(|e| fail(e.to_string()))?;
     let version = library_version(path).unwrap_or_else(|| "unknown".into());
-    Ok(Arc::new(Runtime { env, version }))
+    Ok(Runtime { env, version })
 }
 
+/// The runtime; without a load-time path, the library in the build's backend cache (set by `make build`).
 fn runtime() -> Result<Arc<Runtime>> {
-    let mut rt = RUNTIME.lock();
-    if let Some(r) = rt.as_ref() {
-        return Ok(r.clone());
-    }
-    let path = configured_path().ok_or_else(|| {
-        Error::Generic("Could not load backend ONNX: no library path (load-time argument ONNX <path>)".into())
-    })?;
-    let r = open(&path)?;
-    *rt = Some(r.clone());
-    Ok(r)
+    RUNTIME.get(option_env!("REDISAI_ONNX_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}")), open)
 }
 
-/// `AI.CONFIG LOADBACKEND ONNX <path>`: fails if a library is already loaded (one per process).
+/// `AI.CONFIG LOADBACKEND ONNX <path>` (one ONNX Runtime per process).
 pub fn load_library(path: &str) -> Result<()> {
-    let mut rt = RUNTIME.lock();
-    if rt.is_some() {
-        return Err(Error::Generic("error loading backend".into()));
-    }
-    *rt = Some(open(&super::resolve_path(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
-    Ok(())
+    RUNTIME.load(path, open)
 }
 
 pub fn version() -> Option<String> {
-    RUNTIME.lock().as_ref().map(|r| r.version.clone())
+    RUNTIME.loaded().map(|r| r.version.clone())
 }
 
 /// Asks the already-opened library for its version (`OrtGetApiBase()->GetVersionString()`).

@@ -5,10 +5,9 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
 use libloading::Library;
-use parking_lot::Mutex;
 
 use super::torch_abi::{self as abi, StrView, TensorOut, TensorView};
-use super::{LoadOptions, LoadedModel, LoadedScript};
+use super::{LibrarySlot, LoadOptions, LoadedModel, LoadedScript};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -32,16 +31,9 @@ pub struct Backend {
     free_string: abi::FreeStringFn,
 }
 
-static BACKEND: Mutex<Option<Arc<Backend>>> = Mutex::new(None);
+static BACKEND: LibrarySlot<Backend> = LibrarySlot::new("TORCH");
 
-/// The backend library: given at load time (`TORCH <path>`), else next to libredisai.so.
-fn configured_path() -> Option<String> {
-    let c = CONFIG.read();
-    let given = c.backend_libs.iter().rev().find(|(b, _)| b == "TORCH").map(|(_, p)| p.clone());
-    given.map(|p| super::resolve_path(&p)).or_else(|| c.module_dir.as_ref().map(|d| format!("{d}/{LIB_NAME}")))
-}
-
-fn open(path: &str) -> Result<Arc<Backend>> {
+fn open(path: &str) -> Result<Backend> {
     let fail = |why: String| Error::Generic(format!("Could not load backend TORCH from {path}: {why}"));
     // SAFETY: the library is our own backend, built from `torch/` against the same `torch_abi.rs`; each
     // symbol is read with the signature that file declares, and the ABI version is checked first.
@@ -61,7 +53,7 @@ fn open(path: &str) -> Result<Arc<Backend>> {
         let v = version_fn();
         let version = CStr::from_ptr(v).to_string_lossy().into_owned();
         free_string(v);
-        Ok(Arc::new(Backend {
+        Ok(Backend {
             version,
             model_load: sym!("rai_torch_model_load", abi::ModelLoadFn),
             model_run: sym!("rai_torch_model_run", abi::ModelRunFn),
@@ -73,35 +65,23 @@ fn open(path: &str) -> Result<Arc<Backend>> {
             free_tensors: sym!("rai_torch_free_tensors", abi::FreeTensorsFn),
             free_string,
             _lib: lib,
-        }))
+        })
     }
 }
 
+/// The backend library; without a load-time path (`TORCH <path>`), the one next to libredisai.so.
 pub fn backend() -> Result<Arc<Backend>> {
-    let mut b = BACKEND.lock();
-    if let Some(x) = b.as_ref() {
-        return Ok(x.clone());
-    }
-    let path = configured_path().ok_or_else(|| {
-        Error::Generic("Could not load backend TORCH: no library path (load-time argument TORCH <path>)".into())
-    })?;
-    let x = open(&path)?;
-    *b = Some(x.clone());
-    Ok(x)
+    let default = CONFIG.read().module_dir.as_ref().map(|d| format!("{d}/{LIB_NAME}"));
+    BACKEND.get(default, open)
 }
 
 /// `AI.CONFIG LOADBACKEND TORCH <path>`.
 pub fn load_library(path: &str) -> Result<()> {
-    let mut b = BACKEND.lock();
-    if b.is_some() {
-        return Err(Error::Generic("error loading backend".into()));
-    }
-    *b = Some(open(&super::resolve_path(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
-    Ok(())
+    BACKEND.load(path, open)
 }
 
 pub fn version() -> Option<String> {
-    BACKEND.lock().as_ref().map(|b| b.version.clone())
+    BACKEND.loaded().map(|b| b.version.clone())
 }
 
 impl Backend {

@@ -76,9 +76,7 @@ pub fn info_reply(s: &Stats) -> Reply<'static> {
 mod tests {
     use super::*;
 
-    fn words(s: &str) -> Vec<&[u8]> {
-        s.split(' ').map(str::as_bytes).collect()
-    }
+    use crate::commands::words;
 
     #[test]
     fn config_subcommands() {

@@ -236,49 +236,16 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
                 plan.replies.push(ReplyItem::Get { slot, format });
             }
             Parsed::Model { model, inputs, outputs } => {
-                let inputs = inputs
-                    .iter()
-                    .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
-                    .collect::<Result<Vec<_>>>()?;
-                let outputs: Vec<Slot> = outputs
-                    .iter()
-                    .map(|k| {
-                        let s = plan.new_slot();
-                        names.insert(k, s);
-                        s
-                    })
-                    .collect();
+                let (inputs, outputs) = bind(&mut plan, &mut names, &inputs, &outputs)?;
                 let device = model.spec.device.queue_key();
                 plan.replies.push(ReplyItem::Op(plan.ops.len()));
                 plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
             }
             Parsed::Script { script, call } => {
-                let inputs = call
-                    .inputs
-                    .iter()
-                    .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
-                    .collect::<Result<Vec<_>>>()?;
-                let outputs: Vec<Slot> = call
-                    .outputs
-                    .iter()
-                    .map(|k| {
-                        let s = plan.new_slot();
-                        names.insert(k, s);
-                        s
-                    })
-                    .collect();
+                let (inputs, outputs) = bind(&mut plan, &mut names, &call.inputs, &call.outputs)?;
                 let device = script.queue_key();
                 plan.replies.push(ReplyItem::Op(plan.ops.len()));
-                let kind = OpKind::Script {
-                    script,
-                    function: call.function.to_vec(),
-                    style: call.style,
-                    inputs,
-                    keys: call.keys.iter().map(|k| k.to_vec()).collect(),
-                    args: call.args.iter().map(|a| a.to_vec()).collect(),
-                    outputs,
-                };
-                plan.ops.push(Op { kind, device });
+                plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });
             }
         }
     }
@@ -287,6 +254,29 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
         plan.persist.push((key.to_vec(), slot));
     }
     Ok(plan)
+}
+
+/// An op's slots: each input is the current value of its name; each output gets a fresh slot, and the
+/// name now points there (single assignment).
+fn bind<'a>(
+    plan: &mut Plan,
+    names: &mut HashMap<&'a [u8], Slot>,
+    inputs: &[&'a [u8]],
+    outputs: &[&'a [u8]],
+) -> Result<(Vec<Slot>, Vec<Slot>)> {
+    let ins = inputs
+        .iter()
+        .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
+        .collect::<Result<Vec<_>>>()?;
+    let outs = outputs
+        .iter()
+        .map(|k| {
+            let s = plan.new_slot();
+            names.insert(k, s);
+            s
+        })
+        .collect();
+    Ok((ins, outs))
 }
 
 /// Key positions for cluster routing: LOAD and PERSIST keys, ROUTING, and the model/script of each

@@ -10,3 +10,19 @@ pub mod tensor;
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }
+
+/// An optional `TAG <tag>` at `*pos` (advancing past it); `missing` is the error when the value is absent.
+pub fn optional_tag(argv: &[&[u8]], pos: &mut usize, missing: &str) -> crate::error::Result<Vec<u8>> {
+    if !argv.get(*pos).is_some_and(|a| is_keyword(a, "TAG")) {
+        return Ok(Vec::new());
+    }
+    let tag = argv.get(*pos + 1).ok_or_else(|| crate::error::Error::Generic(missing.to_string()))?.to_vec();
+    *pos += 2;
+    Ok(tag)
+}
+
+/// Splits a test command line into argv.
+#[cfg(test)]
+pub fn words(s: &str) -> Vec<&[u8]> {
+    s.split(' ').map(str::as_bytes).collect()
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::is_keyword;
+use super::{is_keyword, optional_tag};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::{BackendKind, BatchOpts, ModelSpec};
@@ -47,11 +47,7 @@ pub fn parse_modelstore(argv: &[&[u8]]) -> Result<ModelSpec> {
     let backend = BackendKind::parse(argv[2])?;
     let device = Device::parse(argv[3])?;
     let mut pos = 4;
-    let mut tag = Vec::new();
-    if argv.get(pos).is_some_and(|a| is_keyword(a, "TAG")) {
-        tag = argv.get(pos + 1).ok_or_else(|| err("Insufficient arguments, missing model BLOB"))?.to_vec();
-        pos += 2;
-    }
+    let tag = optional_tag(argv, &mut pos, "Insufficient arguments, missing model BLOB")?;
     let mut batch = BatchOpts::default();
     if argv.get(pos).is_some_and(|a| is_keyword(a, "BATCHSIZE")) {
         batch.size = non_negative(argv.get(pos + 1), "BATCHSIZE")?;
@@ -123,11 +119,7 @@ pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
     }
     let device = Device::parse(argv[3]).map_err(|_| err("Error configuring model: unsupported device"))?;
     let mut pos = 4;
-    let mut tag = Vec::new();
-    if argv.get(pos).is_some_and(|a| is_keyword(a, "TAG")) {
-        tag = argv.get(pos + 1).ok_or_else(|| err("Insufficient arguments, missing model BLOB"))?.to_vec();
-        pos += 2;
-    }
+    let tag = optional_tag(argv, &mut pos, "Insufficient arguments, missing model BLOB")?;
     let mut batch = BatchOpts::default();
     if argv.get(pos).is_some_and(|a| is_keyword(a, "BATCHSIZE")) {
         if backend == BackendKind::TfLite {
@@ -334,9 +326,7 @@ pub fn modelrun_key_positions(argv: &[&[u8]]) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    fn words(s: &str) -> Vec<&[u8]> {
-        s.split(' ').map(str::as_bytes).collect()
-    }
+    use crate::commands::words;
 
     #[test]
     fn modelstore_checks_in_order() {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::is_keyword;
+use super::{is_keyword, optional_tag};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::script::{CallStyle, ScriptSpec};
@@ -23,11 +23,7 @@ pub fn parse_scriptstore(argv: &[&[u8]]) -> Result<ScriptSpec> {
     }
     let device_name = String::from_utf8_lossy(argv[2]).into_owned();
     let mut pos = 3;
-    let mut tag = Vec::new();
-    if is_keyword(argv[pos], "TAG") {
-        tag = argv[pos + 1].to_vec();
-        pos += 2;
-    }
+    let tag = optional_tag(argv, &mut pos, "Insufficient arguments, missing script SOURCE")?;
     let missing_entries = || err("Insufficient arguments, missing script entry points");
     if !argv.get(pos).is_some_and(|a| is_keyword(a, "ENTRY_POINTS")) {
         return Err(missing_entries());
@@ -58,11 +54,7 @@ pub fn parse_scriptset(argv: &[&[u8]]) -> Result<ScriptSpec> {
     }
     let device_name = String::from_utf8_lossy(argv[2]).into_owned();
     let mut pos = 3;
-    let mut tag = Vec::new();
-    if is_keyword(argv[pos], "TAG") {
-        tag = argv[pos + 1].to_vec();
-        pos += 2;
-    }
+    let tag = optional_tag(argv, &mut pos, "Insufficient arguments, missing script SOURCE")?;
     if !argv.get(pos).is_some_and(|a| is_keyword(a, "SOURCE")) || pos + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing script SOURCE"));
     }
@@ -288,9 +280,7 @@ pub fn scriptrun_key_positions(argv: &[&[u8]]) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    fn words(s: &str) -> Vec<&[u8]> {
-        s.split(' ').map(str::as_bytes).collect()
-    }
+    use crate::commands::words;
 
     #[test]
     fn scriptstore_errors() {

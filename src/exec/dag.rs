@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::commands::script::ScriptCall;
 use crate::commands::tensor::GetFormat;
 use crate::model::Model;
 use crate::script::{CallStyle, Script};
@@ -34,6 +35,21 @@ pub struct Op {
     pub kind: OpKind,
     /// The queue the op runs on (upper-cased device string).
     pub device: String,
+}
+
+impl OpKind {
+    /// A script call (AI.SCRIPTEXECUTE / AI.SCRIPTRUN) reading `inputs` and writing `outputs`.
+    pub fn script(script: Arc<Script>, call: &ScriptCall, inputs: Vec<Slot>, outputs: Vec<Slot>) -> OpKind {
+        OpKind::Script {
+            script,
+            function: call.function.to_vec(),
+            style: call.style,
+            inputs,
+            keys: call.keys.iter().map(|k| k.to_vec()).collect(),
+            args: call.args.iter().map(|a| a.to_vec()).collect(),
+            outputs,
+        }
+    }
 }
 
 impl Op {

@@ -9,7 +9,7 @@ use redis_module::raw;
 use super::io::Io;
 use super::log_warning;
 use super::strings::OwnedStrings;
-use super::types::guard;
+use super::types::{guard, type_methods};
 use crate::config::CONFIG;
 use crate::model::{BackendKind, Model};
 use crate::rdb::{load_model, save_model, ENCVER};
@@ -20,27 +20,14 @@ pub type ModelValue = Arc<Model>;
 pub static MODEL_TYPE: RedisType = RedisType::new(
     "AI__MODEL",
     ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(model_rdb_load),
-        rdb_save: Some(model_rdb_save),
-        aof_rewrite: Some(model_aof_rewrite),
-        mem_usage: Some(model_mem_usage),
-        digest: None,
-        free: Some(model_free),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
-        free_effort: None,
-        unlink: None,
-        copy: None,
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: None,
-        copy2: None,
-        aux_save2: None,
-    },
+    type_methods(
+        Some(model_rdb_load),
+        Some(model_rdb_save),
+        Some(model_aof_rewrite),
+        Some(model_mem_usage),
+        Some(model_free),
+        None,
+    ),
 );
 
 /// SAFETY: every value of this type is a `Box<ModelValue>` made by `Key::set` or `model_rdb_load`.

@@ -10,7 +10,7 @@ use super::io::Io;
 use super::log_warning;
 use super::model_type::key_name;
 use super::strings::OwnedStrings;
-use super::types::guard;
+use super::types::{guard, type_methods};
 use crate::rdb::{load_script, save_script, ENCVER};
 use crate::script::Script;
 use crate::stats;
@@ -20,27 +20,14 @@ pub type ScriptValue = Arc<Script>;
 pub static SCRIPT_TYPE: RedisType = RedisType::new(
     "AI_SCRIPT",
     ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(script_rdb_load),
-        rdb_save: Some(script_rdb_save),
-        aof_rewrite: Some(script_aof_rewrite),
-        mem_usage: Some(script_mem_usage),
-        digest: None,
-        free: Some(script_free),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
-        free_effort: None,
-        unlink: None,
-        copy: None,
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: None,
-        copy2: None,
-        aux_save2: None,
-    },
+    type_methods(
+        Some(script_rdb_load),
+        Some(script_rdb_save),
+        Some(script_aof_rewrite),
+        Some(script_mem_usage),
+        Some(script_free),
+        None,
+    ),
 );
 
 /// SAFETY: every value of this type is a `Box<ScriptValue>` made by `Key::set` or `script_rdb_load`.

@@ -20,28 +20,47 @@ pub type TensorValue = Arc<Tensor>;
 pub static TENSOR_TYPE: RedisType = RedisType::new(
     "AI_TENSOR",
     ENCVER,
+    type_methods(
+        Some(tensor_rdb_load),
+        Some(tensor_rdb_save),
+        Some(tensor_aof_rewrite),
+        Some(tensor_mem_usage),
+        Some(tensor_free),
+        Some(tensor_copy),
+    ),
+);
+
+/// The type callbacks the module implements; the others stay unset.
+pub(super) const fn type_methods(
+    rdb_load: raw::RedisModuleTypeLoadFunc,
+    rdb_save: raw::RedisModuleTypeSaveFunc,
+    aof_rewrite: raw::RedisModuleTypeRewriteFunc,
+    mem_usage: raw::RedisModuleTypeMemUsageFunc,
+    free: raw::RedisModuleTypeFreeFunc,
+    copy: raw::RedisModuleTypeCopyFunc,
+) -> raw::RedisModuleTypeMethods {
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(tensor_rdb_load),
-        rdb_save: Some(tensor_rdb_save),
-        aof_rewrite: Some(tensor_aof_rewrite),
-        mem_usage: Some(tensor_mem_usage),
+        rdb_load,
+        rdb_save,
+        aof_rewrite,
+        mem_usage,
         digest: None,
-        free: Some(tensor_free),
+        free,
         aux_load: None,
         aux_save: None,
         aux_save_triggers: 0,
         free_effort: None,
         unlink: None,
-        copy: Some(tensor_copy),
+        copy,
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
         unlink2: None,
         copy2: None,
         aux_save2: None,
-    },
-);
+    }
+}
 
 /// Runs a type callback, turning a panic into `fallback` and a log line: nothing may unwind into Redis.
 pub(super) fn guard<R>(what: &str, fallback: R, f: impl FnOnce() -> R) -> R {

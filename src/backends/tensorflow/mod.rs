@@ -6,9 +6,7 @@ mod ffi;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use super::{LoadOptions, LoadedModel};
+use super::{LibrarySlot, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -17,46 +15,24 @@ use ffi::Api;
 
 const LIB_NAME: &str = "libtensorflow_cc.so.2";
 
-static RUNTIME: Mutex<Option<Arc<Api>>> = Mutex::new(None);
+static RUNTIME: LibrarySlot<Api> = LibrarySlot::new("TF");
 
-fn default_path() -> Option<String> {
-    option_env!("REDISAI_TF_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}"))
+fn open(path: &str) -> Result<Api> {
+    Api::open(path).map_err(|e| Error::Generic(format!("Could not load backend TF from {path}: {e}")))
 }
 
-fn configured_path() -> Option<String> {
-    let given = CONFIG.read().backend_libs.iter().rev().find(|(b, _)| b == "TF").map(|(_, p)| p.clone());
-    given.map(|p| super::resolve_path(&p)).or_else(default_path)
-}
-
-fn open(path: &str) -> Result<Arc<Api>> {
-    Api::open(path).map(Arc::new).map_err(|e| Error::Generic(format!("Could not load backend TF from {path}: {e}")))
-}
-
+/// The library; without a load-time path, the one in the build's backend cache (set by `make build`).
 fn runtime() -> Result<Arc<Api>> {
-    let mut rt = RUNTIME.lock();
-    if let Some(api) = rt.as_ref() {
-        return Ok(api.clone());
-    }
-    let path = configured_path().ok_or_else(|| {
-        Error::Generic("Could not load backend TF: no library path (load-time argument TF <path>)".into())
-    })?;
-    let api = open(&path)?;
-    *rt = Some(api.clone());
-    Ok(api)
+    RUNTIME.get(option_env!("REDISAI_TF_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}")), open)
 }
 
 /// `AI.CONFIG LOADBACKEND TF <path>`.
 pub fn load_library(path: &str) -> Result<()> {
-    let mut rt = RUNTIME.lock();
-    if rt.is_some() {
-        return Err(Error::Generic("error loading backend".into()));
-    }
-    *rt = Some(open(&super::resolve_path(path)).map_err(|_| Error::Generic("error loading backend".into()))?);
-    Ok(())
+    RUNTIME.load(path, open)
 }
 
 pub fn version() -> Option<String> {
-    let api = RUNTIME.lock().clone()?;
+    let api = RUNTIME.loaded()?;
     // SAFETY: TF_Version returns a static NUL-terminated string.
     Some(unsafe { CStr::from_ptr((api.version)()) }.to_string_lossy().into_owned())
 }

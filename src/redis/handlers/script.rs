@@ -97,18 +97,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     plan.persist = call.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
     let device = script.queue_key();
     ensure_queue(&device)?;
-    plan.ops.push(Op {
-        kind: OpKind::Script {
-            script,
-            function: call.function.to_vec(),
-            style: call.style,
-            inputs,
-            keys: call.keys.iter().map(|k| k.to_vec()).collect(),
-            args: call.args.iter().map(|a| a.to_vec()).collect(),
-            outputs,
-        },
-        device,
-    });
+    plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });
     let blocked = Blocked::new(c.ctx)?;
     Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
 }
