@@ -38,12 +38,19 @@ pub struct Op {
 }
 
 impl OpKind {
-    /// A script call (AI.SCRIPTEXECUTE / AI.SCRIPTRUN) reading `inputs` and writing `outputs`.
+    /// A script call (AI.SCRIPTEXECUTE / AI.SCRIPTRUN) reading `inputs` and writing `outputs`. As in RedisAI,
+    /// AI.SCRIPTEXECUTE of a function that is not an entry point (e.g. in a script stored with AI.SCRIPTSET)
+    /// makes a best-effort positional call.
     pub fn script(script: Arc<Script>, call: &ScriptCall, inputs: Vec<Slot>, outputs: Vec<Slot>) -> OpKind {
+        let entry_point = script.spec.entry_points.iter().any(|e| e.as_bytes() == call.function);
+        let style = match call.style {
+            CallStyle::EntryPoint if !entry_point => CallStyle::Positional { list_from: None },
+            s => s,
+        };
         OpKind::Script {
             script,
             function: call.function.to_vec(),
-            style: call.style,
+            style,
             inputs,
             keys: call.keys.iter().map(|k| k.to_vec()).collect(),
             args: call.args.iter().map(|a| a.to_vec()).collect(),

@@ -127,9 +127,12 @@ impl Run {
         self.state.lock().failed
     }
 
-    fn complete(self: &Arc<Self>) {
-        if let Some(done) = self.completion.lock().take() {
-            done(self.clone());
+    /// Hands the run to its completion. Takes the caller's `Arc` so that no worker keeps the run (and the
+    /// models it holds) alive once the reply is on its way.
+    fn complete(self: Arc<Self>) {
+        let done = self.completion.lock().take();
+        if let Some(done) = done {
+            done(self);
         }
     }
 
@@ -165,41 +168,64 @@ impl Entry {
 
     /// Skips a failed or timed-out run, parks an entry whose inputs are missing, or returns the inputs.
     fn prepare(self) -> Option<(Entry, Vec<Arc<Tensor>>)> {
-        let run = self.run.clone();
-        let op = &run.plan.ops[self.op_index()];
-        let mut st = run.state.lock();
-        if st.failed || run.timed_out() {
-            drop(st);
-            self.finish();
-            return None;
+        enum Next {
+            Finish(Vec<Entry>),
+            Ready(Vec<Arc<Tensor>>),
+            Park,
         }
-        if run.deadline.is_some_and(|d| Instant::now() > d) {
-            run.timed_out.store(true, Ordering::Release);
-            let parked = std::mem::take(&mut st.parked);
-            drop(st);
-            run.wake(parked);
-            self.finish();
-            return None;
-        }
-        let ready: Option<Vec<Arc<Tensor>>> = op.inputs().iter().map(|&s| st.slots[s].clone()).collect();
-        match ready {
-            Some(v) => {
-                drop(st);
-                Some((self, v))
+        let next = {
+            let run = &self.run;
+            let op = &run.plan.ops[self.op_index()];
+            let mut st = run.state.lock();
+            if st.failed || run.timed_out() {
+                Next::Finish(Vec::new())
+            } else if run.deadline.is_some_and(|d| Instant::now() > d) {
+                run.timed_out.store(true, Ordering::Release);
+                Next::Finish(std::mem::take(&mut st.parked))
+            } else {
+                match op.inputs().iter().map(|&s| st.slots[s].clone()).collect::<Option<Vec<_>>>() {
+                    Some(v) => Next::Ready(v),
+                    None => Next::Park,
+                }
             }
-            None => {
-                st.parked.push(self);
+        };
+        match next {
+            Next::Finish(parked) => {
+                self.run.wake(parked);
+                self.finish();
                 None
+            }
+            Next::Ready(inputs) => Some((self, inputs)),
+            Next::Park => {
+                // Checked again under the lock the producers write under, so no wake-up can be lost.
+                let run = self.run.clone();
+                let mut st = run.state.lock();
+                match run.plan.ops[self.op_index()]
+                    .inputs()
+                    .iter()
+                    .map(|&s| st.slots[s].clone())
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(v) => {
+                        drop(st);
+                        drop(run);
+                        Some((self, v))
+                    }
+                    None => {
+                        st.parked.push(self);
+                        None
+                    }
+                }
             }
         }
     }
 
     /// Records the op's result, wakes parked entries, and goes on with this device's next op or finishes.
     fn complete(mut self, result: Result<Vec<Arc<Tensor>>>) {
-        let run = self.run.clone();
         let op_index = self.op_index();
-        let op = &run.plan.ops[op_index];
         let (parked, failed) = {
+            let run = &self.run;
+            let op = &run.plan.ops[op_index];
             let mut st = run.state.lock();
             match result {
                 Ok(outputs) => {
@@ -215,11 +241,12 @@ impl Entry {
             }
             (std::mem::take(&mut st.parked), st.failed)
         };
-        run.wake(parked);
+        self.run.wake(parked);
 
         self.pos += 1;
-        if !failed && self.pos < run.device_ops[self.dev].len() {
-            run.queues[self.dev].clone().push_front(self);
+        if !failed && self.pos < self.run.device_ops[self.dev].len() {
+            let queue = self.run.queues[self.dev].clone();
+            queue.push_front(self);
         } else {
             self.finish();
         }
@@ -228,10 +255,12 @@ impl Entry {
     /// Runs this device's next op if its inputs are ready; see the module comment.
     pub fn step(self) {
         if let Some((entry, inputs)) = self.prepare() {
-            let run = entry.run.clone();
-            let op = &run.plan.ops[entry.op_index()];
-            let result = catch_unwind(AssertUnwindSafe(|| execute(&op.kind, &inputs)))
-                .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())));
+            let result = {
+                let op = &entry.run.plan.ops[entry.op_index()];
+                catch_unwind(AssertUnwindSafe(|| execute(&op.kind, &inputs)))
+                    .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())))
+            };
+            drop(inputs);
             entry.complete(result);
         }
     }
@@ -281,19 +310,18 @@ impl BatchKey {
 /// dimension 0, one backend run, outputs split back per request. A failure reaches every request.
 pub fn step_batch(entries: Vec<Entry>) {
     let ready: Vec<(Entry, Vec<Arc<Tensor>>)> = entries.into_iter().filter_map(Entry::prepare).collect();
-    if ready.is_empty() {
-        return;
-    }
-    let run0 = ready[0].0.run.clone();
-    let OpKind::Model { model, outputs, .. } = &run0.plan.ops[ready[0].0.op_index()].kind else {
+    let Some(model) = ready.first().and_then(|(e, _)| match &e.run.plan.ops[e.op_index()].kind {
+        OpKind::Model { model, .. } => Some(model.clone()),
+        OpKind::Script { .. } => None,
+    }) else {
         // Only model runs are ever batched (`batch_key`); anything else steps alone.
         for (entry, inputs) in ready {
-            let run = entry.run.clone();
-            let result = execute(&run.plan.ops[entry.op_index()].kind, &inputs);
+            let result = execute(&entry.run.plan.ops[entry.op_index()].kind, &inputs);
             entry.complete(result);
         }
         return;
     };
+    let outputs = model.spec.outputs.len();
     let rows: Vec<usize> = ready.iter().map(|(_, ins)| ins[0].dim0().max(0) as usize).collect();
     let total: usize = rows.iter().sum();
     let start = Instant::now();
@@ -302,7 +330,7 @@ pub fn step_batch(entries: Vec<Entry>) {
             .map(|i| Tensor::concat(&ready.iter().map(|(_, ins)| ins[i].as_ref()).collect::<Vec<_>>()))
             .collect::<Result<Vec<Tensor>>>()?;
         let outs = model.loaded()?.run(&joined.iter().collect::<Vec<_>>())?;
-        if outs.len() != outputs.len() {
+        if outs.len() != outputs {
             return Err(Error::Generic("Model did not generate the expected number of outputs".into()));
         }
         if outs.iter().any(|t| t.dim0() != total as i64) {
@@ -312,8 +340,11 @@ pub fn step_batch(entries: Vec<Entry>) {
     }))
     .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())));
     let micros = start.elapsed().as_micros() as i64;
+    let stats = model.stats.clone();
+    drop(model);
     let mut offset = 0;
-    for ((entry, _), n) in ready.into_iter().zip(rows) {
+    for ((entry, inputs), n) in ready.into_iter().zip(rows) {
+        drop(inputs);
         let mine = result
             .as_ref()
             .map_err(Clone::clone)
@@ -321,8 +352,8 @@ pub fn step_batch(entries: Vec<Entry>) {
         offset += n;
         // Each request is charged the whole batch's time and its own samples, as RedisAI did.
         match &mine {
-            Ok(_) => model.stats.record_success(micros, n as i64),
-            Err(_) => model.stats.record_error(),
+            Ok(_) => stats.record_success(micros, n as i64),
+            Err(_) => stats.record_error(),
         }
         entry.complete(mine);
     }
@@ -354,7 +385,10 @@ fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
             let start = Instant::now();
             let result = script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)).and_then(|outs| {
-                if outs.len() == outputs.len() {
+                // No OUTPUTS: the results are dropped (scripts run for their side effects), as in RedisAI.
+                if outputs.is_empty() {
+                    Ok(Vec::new())
+                } else if outs.len() == outputs.len() {
                     Ok(outs)
                 } else {
                     Err(Error::Plain(format!(

@@ -132,5 +132,9 @@ extern "C" fn model_mem_usage(value: *const c_void) -> usize {
 
 extern "C" fn model_free(value: *mut c_void) {
     // SAFETY: see `model_ref`; Redis frees each value once. Runs still holding the model keep it alive.
-    guard("AI__MODEL free", (), || drop(unsafe { Box::from_raw(value as *mut ModelValue) }))
+    guard("AI__MODEL free", (), || {
+        let value = unsafe { Box::from_raw(value as *mut ModelValue) };
+        // AI.INFO forgets the key now, even if a finishing run still holds the model for a moment.
+        stats::unregister(&value.stats);
+    })
 }

@@ -102,5 +102,9 @@ extern "C" fn script_mem_usage(value: *const c_void) -> usize {
 
 extern "C" fn script_free(value: *mut c_void) {
     // SAFETY: see `script_ref`; Redis frees each value once. Runs still holding the script keep it alive.
-    guard("AI_SCRIPT free", (), || drop(unsafe { Box::from_raw(value as *mut ScriptValue) }))
+    guard("AI_SCRIPT free", (), || {
+        let value = unsafe { Box::from_raw(value as *mut ScriptValue) };
+        // AI.INFO forgets the key now, even if a finishing run still holds the script for a moment.
+        stats::unregister(&value.stats);
+    })
 }

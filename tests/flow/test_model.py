@@ -252,12 +252,11 @@ def test_modelstore_tf_parse_errors(con, port, case):
     assert con.exists("m") == 0
 
 
-# TF is built now (tests/flow/test_tensorflow.py); TFLITE and TORCH are not yet.
+# TF and TORCH are built (test_tensorflow.py, test_torch.py); TFLITE is not yet.
 @pytest.mark.parametrize("backend,extra", [
     ("TFLITE", []),
     ("tflite", ["BATCHSIZE", 2]),
-    ("TORCH", []),
-    ("torch", ["TAG", "x"]),
+    ("TfLite", ["TAG", "x"]),
 ])
 def test_modelstore_unbuilt_backends(con, backend, extra):
     with pytest.raises(redis.exceptions.ResponseError) as e:
@@ -345,8 +344,8 @@ def test_modelset_lenient_device_goes_to_backend(con):
 
 def test_modelset_unbuilt_backend(con):
     with pytest.raises(redis.exceptions.ResponseError) as e:
-        con.execute_command("AI.MODELSET", "m", "TORCH", "CPU", "INPUTS", "a", "OUTPUTS", "b", "BLOB", b"x")
-    assert str(e.value).startswith("Could not load backend TORCH"), str(e.value)
+        con.execute_command("AI.MODELSET", "m", "TFLITE", "CPU", "INPUTS", "a", "OUTPUTS", "b", "BLOB", b"x")
+    assert str(e.value).startswith("Could not load backend TFLITE"), str(e.value)
 
 
 # =================================================================================================

@@ -86,6 +86,9 @@ void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, 
     *names = dup(joined);
     *noutputs = n;
     return m;
+  } catch (const c10::Error& e) {
+    *err = dup(e.what_without_backtrace());
+    return nullptr;
   } catch (const std::exception& e) {
     *err = dup(e.what());
     return nullptr;
@@ -107,6 +110,9 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, a
     *outs = to_array(v);
     *nout = v.size();
     return 0;
+  } catch (const c10::Error& e) {
+    *err = dup(e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     *err = dup(e.what());
     return 1;
@@ -119,6 +125,9 @@ void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) 
   try {
     auto cu = torch::jit::compile(std::string(src, len));
     return new Script{cu, device(gpu)};
+  } catch (const c10::Error& e) {
+    *err = dup(e.what_without_backtrace());
+    return nullptr;
   } catch (const std::exception& e) {
     *err = dup(e.what());
     return nullptr;
@@ -149,6 +158,9 @@ int rai_shim_script_check_entry(void* script, const char* name, char** err) {
       return 1;
     }
     return 0;
+  } catch (const c10::Error& e) {
+    *err = dup(e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     *err = dup(e.what());
     return 1;
@@ -214,6 +226,9 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     *outs = to_array(v);
     *nout = v.size();
     return 0;
+  } catch (const c10::Error& e) {
+    *err = dup(e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     *err = dup(e.what());
     return 1;

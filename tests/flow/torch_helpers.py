@@ -1,0 +1,220 @@
+"""Shared helpers of the TORCH flow tests (test_torch.py, test_scripts.py): the TorchScript models of
+tests/data (tests/data/gen_torch.cpp), script sources and script calls, the cases recorded from RedisAI
+(/work/shared/compat/redisai-dumps.json), AOF readers and replication helpers. Not a test file.
+
+Committed models (tests/data/gen_torch.cpp):
+  torch_add.pt          forward(a, b) = a + b
+  torch_two_outputs.pt  forward(x) = (x + 1, x * 2)
+  torch_linear.pt       forward(x) = x @ W + B   (x [batch, 4]; W, B of tests/data/weights.py)
+  torch_int.pt          forward(a, b) = a * b + 1
+  torch_slow.pt         forward(x): 200 times x = tanh(x @ x.T @ x / 256)
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT, wait_for
+from onnx_models import DATA_DIR
+
+DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
+TORCH_VERSION = "2.13.0"
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+# name: (forward() argument names, number of outputs)
+TORCH_MODELS = {
+    "torch_add": (["a", "b"], 1),
+    "torch_two_outputs": (["x"], 2),
+    "torch_linear": (["x"], 1),
+    "torch_int": (["a", "b"], 1),
+    "torch_slow": (["x"], 1),
+}
+_BLOBS = {}
+
+
+def pt_blob(name):
+    """The bytes of tests/data/<name>.pt."""
+    if name not in _BLOBS:
+        _BLOBS[name] = (DATA_DIR / f"{name}.pt").read_bytes()
+    return _BLOBS[name]
+
+
+def pt_store(con, key, name, *opts, device="CPU"):
+    """AI.MODELSTORE <key> TORCH <device> <opts...> BLOB <tests/data/name.pt>; asserts OK."""
+    reply = con.execute_command("AI.MODELSTORE", key, "TORCH", device, *opts, "BLOB", pt_blob(name))
+    assert reply == b"OK", reply
+    return reply
+
+
+def torch_meta(device=b"CPU", tag=b"", batch=0, minbatch=0, inputs=(), noutputs=1, minbatchtimeout=0):
+    """The 16-element AI.MODELGET META reply of a TORCH model (outputs are "" each)."""
+    return [b"backend", b"TORCH", b"device", device, b"tag", tag, b"batchsize", batch, b"minbatchsize", minbatch,
+            b"inputs", [i.encode() for i in inputs], b"outputs", [b""] * noutputs,
+            b"minbatchtimeout", minbatchtimeout]
+
+
+def slow_reference(x):
+    """What torch_slow computes, in float64 numpy."""
+    x = x.astype(np.float64)
+    for _ in range(200):
+        x = np.tanh(x @ x.T @ x / 256.0)
+    return x
+
+
+# -------------------------------------------------------------------------------------------------
+# scripts
+
+SIG = "(tensors: List[Tensor], keys: List[str], args: List[str])"
+
+
+def entry(name, *body):
+    """`def <name>(tensors: List[Tensor], keys: List[str], args: List[str]):` with the given body lines."""
+    return f"def {name}{SIG}:\n" + "".join(f"    {line}\n" for line in body)
+
+
+def script_store(con, key, source, entry_points, *, device="CPU", tag=None):
+    """AI.SCRIPTSTORE <key> <device> [TAG <tag>] ENTRY_POINTS <n> <names> SOURCE <source>; asserts OK."""
+    tag_args = ["TAG", tag] if tag is not None else []
+    reply = con.execute_command("AI.SCRIPTSTORE", key, device, *tag_args, "ENTRY_POINTS", len(entry_points),
+                                *entry_points, "SOURCE", source)
+    assert reply == b"OK", reply
+    return reply
+
+
+def script_set(con, key, source, *, device="CPU", tag=None):
+    """Deprecated AI.SCRIPTSET <key> <device> [TAG <tag>] SOURCE <source>; asserts OK."""
+    tag_args = ["TAG", tag] if tag is not None else []
+    reply = con.execute_command("AI.SCRIPTSET", key, device, *tag_args, "SOURCE", source)
+    assert reply == b"OK", reply
+    return reply
+
+
+def scriptexecute_args(key, fn, *, keys=(), inputs=(), args=(), outputs=(), timeout=None):
+    out = ["AI.SCRIPTEXECUTE", key, fn]
+    if keys:
+        out += ["KEYS", len(keys), *keys]
+    if inputs:
+        out += ["INPUTS", len(inputs), *inputs]
+    if args:
+        out += ["ARGS", len(args), *args]
+    if outputs:
+        out += ["OUTPUTS", len(outputs), *outputs]
+    if timeout is not None:
+        out += ["TIMEOUT", timeout]
+    return out
+
+
+def script_execute(con, key, fn, **kw):
+    return con.execute_command(*scriptexecute_args(key, fn, **kw))
+
+
+# -------------------------------------------------------------------------------------------------
+# cases recorded from RedisAI
+
+
+def _recorded_cases():
+    try:
+        with open(DUMPS_PATH) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {c["key"]: c for c in data["cases"]}
+
+
+RECORDED = _recorded_cases()
+
+
+def need_case(key):
+    if key not in RECORDED:
+        pytest.fail(f"recorded case {key!r} not found in {DUMPS_PATH} (set REDISAI_COMPAT_DUMPS)", pytrace=False)
+    return RECORDED[key]
+
+
+def recorded_reply(expected):
+    """The recording's reply form -> what redis-py returns (bulk strings as bytes)."""
+    if isinstance(expected, dict):
+        return bytes.fromhex(expected["hex"])
+    if isinstance(expected, list):
+        return [recorded_reply(e) for e in expected]
+    return expected
+
+
+def recorded_create(case):
+    """The recorded `create` command with its binary arguments decoded."""
+    return [bytes.fromhex(a) if h else a for a, h in zip(case["create"], case["create_bytes_hex"])]
+
+
+def payload_body(dump):
+    """A DUMP payload without its trailer (2-byte RDB version + 8-byte CRC64)."""
+    return dump[:-10]
+
+
+# -------------------------------------------------------------------------------------------------
+# AOF
+
+
+def parse_resp_commands(data):
+    """An AOF (RESP multi-bulk commands) -> list of argument lists (bytes)."""
+    cmds, i = [], 0
+    while i < len(data):
+        assert data[i:i + 1] == b"*", f"unexpected AOF byte at {i}: {data[i:i + 20]!r}"
+        j = data.index(b"\r\n", i)
+        n = int(data[i + 1:j])
+        i = j + 2
+        args = []
+        for _ in range(n):
+            assert data[i:i + 1] == b"$"
+            j = data.index(b"\r\n", i)
+            ln = int(data[i + 1:j])
+            args.append(data[j + 2:j + 2 + ln])
+            i = j + 2 + ln + 2
+        cmds.append(args)
+    return cmds
+
+
+def aof_files(server):
+    """(base file path, [incr file paths]) of the current multi-part AOF (Redis >= 7)."""
+    d = server.dir / "appendonlydir"
+    manifests = list(d.glob("*.manifest"))
+    assert manifests, f"no AOF manifest in {d}"
+    base, incr = None, []
+    for line in manifests[0].read_text().splitlines():
+        parts = line.split()
+        name = parts[parts.index("file") + 1]
+        kind = parts[parts.index("type") + 1]
+        if kind == "b":
+            base = d / name
+        elif kind == "i":
+            incr.append(d / name)
+    return base, incr
+
+
+def aof_commands(server, which="all"):
+    base, incr = aof_files(server)
+    files = ([base] if which in ("all", "base") and base else []) + (incr if which in ("all", "incr") else [])
+    out = []
+    for f in files:
+        if f.suffix == ".rdb":
+            continue
+        out += parse_resp_commands(f.read_bytes())
+    return out
+
+
+def bgrewriteaof(server, con):
+    wait_for(lambda: server.info("persistence")["aof_rewrite_in_progress"] == "0", 30, what="startup rewrite")
+    since = int(server.info("persistence").get("aof_rewrites", "0"))
+    con.bgrewriteaof()
+
+    def done():
+        info = server.info("persistence")
+        return (info["aof_rewrite_in_progress"] == "0" and info["aof_rewrite_scheduled"] == "0"
+                and int(info.get("aof_rewrites", "0")) > since)
+
+    wait_for(done, 30, what="BGREWRITEAOF to finish")
+    assert server.info("persistence")["aof_last_bgrewrite_status"] == "ok"
+
+
+def wait_replicas(con, n=1):
+    assert con.execute_command("WAIT", n, 10000) == n
