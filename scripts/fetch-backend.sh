@@ -77,7 +77,9 @@ with zipfile.ZipFile(wheel) as z:
             if ".so" in os.path.basename(out):
                 mode |= 0o755
             os.chmod(out, mode)
-            print(f"fetch-backend:   {info.filename} -> {os.path.join(dest, rel)}", file=sys.stderr)
+        # One line per glob (the torch headers alone are ~10,000 files).
+        shown = hits[0].filename if len(hits) == 1 else f"{len(hits)} files matching {glob}"
+        print(f"fetch-backend:   {shown} -> {dest}/", file=sys.stderr)
 PY
 }
 

@@ -16,7 +16,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 import redis
 
 from conftest import REPO_ROOT, _encode_command

@@ -24,6 +24,7 @@ import redis
 
 from conftest import MODULE_PATH, ONNX_LIB, REPO_ROOT, RespError, check_error_raw, raw_command, wait_for
 from onnx_models import ai_info, blob, get_tensor, model_execute, modules_sections, set_tensor, store, weights
+from aof import aof_commands, bgrewriteaof
 
 DATA_DIR = REPO_ROOT / "tests" / "data"
 DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
@@ -505,51 +506,6 @@ def check_models(con, before):
     np.testing.assert_array_equal(get_tensor(con, "co"), i + i)
 
 
-def parse_resp_commands(data):
-    """An AOF (RESP multi-bulk commands) -> list of argument lists (bytes)."""
-    cmds, i = [], 0
-    while i < len(data):
-        assert data[i:i + 1] == b"*", f"unexpected AOF byte at {i}: {data[i:i + 20]!r}"
-        j = data.index(b"\r\n", i)
-        n = int(data[i + 1:j])
-        i = j + 2
-        args = []
-        for _ in range(n):
-            assert data[i:i + 1] == b"$"
-            j = data.index(b"\r\n", i)
-            ln = int(data[i + 1:j])
-            args.append(data[j + 2:j + 2 + ln])
-            i = j + 2 + ln + 2
-        cmds.append(args)
-    return cmds
-
-
-def aof_commands(server, which):
-    """Commands of the base ('base') or incremental ('incr') files of a Redis 7 multi-part AOF."""
-    d = server.dir / "appendonlydir"
-    manifests = list(d.glob("*.manifest"))
-    assert manifests, f"no AOF manifest in {d}"
-    out = []
-    for line in manifests[0].read_text().splitlines():
-        parts = line.split()
-        name, kind = parts[parts.index("file") + 1], parts[parts.index("type") + 1]
-        if (kind, which) in (("b", "base"), ("i", "incr")):
-            assert not name.endswith(".rdb"), f"AOF file {name} has an RDB preamble"
-            out += parse_resp_commands((d / name).read_bytes())
-    return out
-
-
-def bgrewriteaof(server, con):
-    def idle():
-        info = server.info("persistence")
-        return info["aof_rewrite_in_progress"] == "0" and info["aof_rewrite_scheduled"] == "0"
-
-    wait_for(idle, 30, what="the startup AOF rewrite")
-    since = int(server.info("persistence")["aof_rewrites"])
-    con.bgrewriteaof()
-    wait_for(lambda: idle() and int(server.info("persistence")["aof_rewrites"]) > since, 30,
-             what="BGREWRITEAOF to finish")
-    assert server.info("persistence")["aof_last_bgrewrite_status"] == "ok"
 
 
 @pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")

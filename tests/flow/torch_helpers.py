@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, wait_for
+from conftest import REPO_ROOT
 from onnx_models import DATA_DIR
 
 DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
@@ -153,67 +153,6 @@ def payload_body(dump):
 
 # -------------------------------------------------------------------------------------------------
 # AOF
-
-
-def parse_resp_commands(data):
-    """An AOF (RESP multi-bulk commands) -> list of argument lists (bytes)."""
-    cmds, i = [], 0
-    while i < len(data):
-        assert data[i:i + 1] == b"*", f"unexpected AOF byte at {i}: {data[i:i + 20]!r}"
-        j = data.index(b"\r\n", i)
-        n = int(data[i + 1:j])
-        i = j + 2
-        args = []
-        for _ in range(n):
-            assert data[i:i + 1] == b"$"
-            j = data.index(b"\r\n", i)
-            ln = int(data[i + 1:j])
-            args.append(data[j + 2:j + 2 + ln])
-            i = j + 2 + ln + 2
-        cmds.append(args)
-    return cmds
-
-
-def aof_files(server):
-    """(base file path, [incr file paths]) of the current multi-part AOF (Redis >= 7)."""
-    d = server.dir / "appendonlydir"
-    manifests = list(d.glob("*.manifest"))
-    assert manifests, f"no AOF manifest in {d}"
-    base, incr = None, []
-    for line in manifests[0].read_text().splitlines():
-        parts = line.split()
-        name = parts[parts.index("file") + 1]
-        kind = parts[parts.index("type") + 1]
-        if kind == "b":
-            base = d / name
-        elif kind == "i":
-            incr.append(d / name)
-    return base, incr
-
-
-def aof_commands(server, which="all"):
-    base, incr = aof_files(server)
-    files = ([base] if which in ("all", "base") and base else []) + (incr if which in ("all", "incr") else [])
-    out = []
-    for f in files:
-        if f.suffix == ".rdb":
-            continue
-        out += parse_resp_commands(f.read_bytes())
-    return out
-
-
-def bgrewriteaof(server, con):
-    wait_for(lambda: server.info("persistence")["aof_rewrite_in_progress"] == "0", 30, what="startup rewrite")
-    since = int(server.info("persistence").get("aof_rewrites", "0"))
-    con.bgrewriteaof()
-
-    def done():
-        info = server.info("persistence")
-        return (info["aof_rewrite_in_progress"] == "0" and info["aof_rewrite_scheduled"] == "0"
-                and int(info.get("aof_rewrites", "0")) > since)
-
-    wait_for(done, 30, what="BGREWRITEAOF to finish")
-    assert server.info("persistence")["aof_last_bgrewrite_status"] == "ok"
 
 
 def wait_replicas(con, n=1):
