@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from conftest import RespError, raw_command, wait_for
+from aof import parse_resp_commands
 
 ELEM_SIZE = {"FLOAT": 4, "DOUBLE": 8, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8, "UINT8": 1, "UINT16": 2,
              "BOOL": 1}
@@ -135,28 +136,6 @@ def _aof_files(srv):
     return [single] if single.exists() else []
 
 
-def _parse_aof(data):
-    """RESP commands of an AOF file (annotations like #TS:... skipped)."""
-    cmds, i = [], 0
-    while i < len(data):
-        if data[i:i + 1] == b"#":
-            i = data.index(b"\r\n", i) + 2
-            continue
-        assert data[i:i + 1] == b"*", f"unexpected AOF content at {i}: {data[i:i + 40]!r}"
-        j = data.index(b"\r\n", i)
-        argc = int(data[i + 1:j])
-        i = j + 2
-        argv = []
-        for _ in range(argc):
-            assert data[i:i + 1] == b"$"
-            j = data.index(b"\r\n", i)
-            n = int(data[i + 1:j])
-            argv.append(data[j + 2:j + 2 + n])
-            i = j + 2 + n + 2
-        cmds.append(argv)
-    return cmds
-
-
 def _wait_rewrite_done(srv):
     def done():
         info = srv.info("persistence")
@@ -186,7 +165,7 @@ def test_aof_rewrite(server):
 
     files = _aof_files(server)
     assert files, f"no AOF file found under {server.dir}"
-    cmds = [c for f in files for c in _parse_aof(f.read_bytes())]
+    cmds = [c for f in files for c in parse_resp_commands(f.read_bytes())]
     tensorsets = [c for c in cmds if c[0].upper() == b"AI.TENSORSET"]
     by_key = {}
     for c in tensorsets:
