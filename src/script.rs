@@ -16,6 +16,23 @@ pub enum CallStyle {
     Positional { list_from: Option<usize> },
 }
 
+thread_local! {
+    /// The database of the request whose script runs on this thread (what `redis.execute` works on).
+    static CURRENT_DB: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with `db` as the database that script callbacks of this thread use.
+pub fn with_db<R>(db: i32, f: impl FnOnce() -> R) -> R {
+    let old = CURRENT_DB.with(|c| c.replace(db));
+    let r = f();
+    CURRENT_DB.with(|c| c.set(old));
+    r
+}
+
+pub fn current_db() -> i32 {
+    CURRENT_DB.with(|c| c.get())
+}
+
 /// Everything a script is declared with; what the RDB, AOF and SCRIPTGET carry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptSpec {

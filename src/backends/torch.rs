@@ -33,6 +33,13 @@ pub struct Backend {
 
 static BACKEND: LibrarySlot<Backend> = LibrarySlot::new("TORCH");
 
+/// The callbacks scripts use to reach Redis (`redis.execute` …), given by the Redis layer at load time.
+static HOST: std::sync::OnceLock<abi::HostApi> = std::sync::OnceLock::new();
+
+pub fn set_host(host: abi::HostApi) {
+    let _ = HOST.set(host);
+}
+
 fn open(path: &str) -> Result<Backend> {
     let fail = |why: String| Error::Generic(format!("Could not load backend TORCH from {path}: {why}"));
     // SAFETY: the library is our own backend, built from `torch/` against the same `torch_abi.rs`; each
@@ -47,6 +54,9 @@ fn open(path: &str) -> Result<Backend> {
         let abi_version = sym!("rai_torch_abi", abi::AbiVersionFn);
         if abi_version() != abi::ABI_VERSION {
             return Err(fail(format!("ABI version {} (this module needs {})", abi_version(), abi::ABI_VERSION)));
+        }
+        if let Some(host) = HOST.get() {
+            sym!("rai_torch_set_host", abi::SetHostFn)(host);
         }
         let version_fn = sym!("rai_torch_version", abi::VersionFn);
         let free_string = sym!("rai_torch_free_string", abi::FreeStringFn);

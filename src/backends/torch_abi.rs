@@ -8,7 +8,7 @@
 use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
 #[repr(C)]
@@ -84,3 +84,31 @@ pub type ScriptRunFn = unsafe extern "C" fn(
 ) -> i32;
 pub type FreeTensorsFn = unsafe extern "C" fn(tensors: *mut TensorOut, n: usize);
 pub type FreeStringFn = unsafe extern "C" fn(s: *mut c_char);
+
+/// What scripts may call back into the module (`redis.execute`, `redisAI.model_execute`). Given to the
+/// backend once with `rai_torch_set_host`; the pointers stay valid for the life of the process.
+#[repr(C)]
+pub struct HostApi {
+    /// Runs a Redis command (replicated); `*reply` gets Redis's reply encoded as RESP (free with `free_bytes`).
+    pub redis_call: unsafe extern "C" fn(
+        cmd: StrView,
+        args: *const StrView,
+        nargs: usize,
+        reply: *mut *mut u8,
+        len: *mut usize,
+    ) -> i32,
+    /// Runs the model stored at `key` on the calling thread.
+    pub model_execute: unsafe extern "C" fn(
+        key: StrView,
+        inputs: *const TensorView,
+        ninputs: usize,
+        noutputs: usize,
+        outputs: *mut *mut TensorOut,
+        nout: *mut usize,
+        err: *mut *mut c_char,
+    ) -> i32,
+    pub free_bytes: unsafe extern "C" fn(p: *mut u8, len: usize),
+    pub free_tensors: unsafe extern "C" fn(p: *mut TensorOut, n: usize),
+    pub free_string: unsafe extern "C" fn(p: *mut c_char),
+}
+pub type SetHostFn = unsafe extern "C" fn(host: *const HostApi);

@@ -94,6 +94,8 @@ pub struct Plan {
     pub persist: Vec<(Vec<u8>, Slot)>,
     /// Longest time the run may wait before an op starts (RedisAI's TIMEOUT).
     pub timeout: Option<Duration>,
+    /// The client's database (what scripts' `redis.execute` works on).
+    pub db: i32,
 }
 
 impl Plan {

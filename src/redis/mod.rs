@@ -8,6 +8,8 @@ pub mod keyspace;
 pub mod model_type;
 pub mod module;
 pub mod reply;
+#[cfg(feature = "torch")]
+pub mod script_host;
 pub mod script_type;
 pub mod strings;
 pub mod types;

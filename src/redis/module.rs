@@ -70,6 +70,8 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     std::panic::set_hook(Box::new(|p| log_warning(&format!("redisai: {p}"))));
     crate::log::set_sink(log_warning);
+    #[cfg(feature = "torch")]
+    crate::backends::torch::set_host(super::script_host::host_api());
     const ERR: c_int = raw::Status::Err as c_int;
 
     let args: Vec<Vec<u8>> = (0..argc.max(0) as usize)

@@ -11,6 +11,7 @@ use abi::{StrView, TensorOut, TensorView};
 use tch::{Kind, Tensor};
 
 extern "C" {
+    fn rai_shim_set_host(host: *const abi::HostApi);
     fn rai_shim_free_string(s: *mut c_char);
     fn rai_shim_free_array(a: *mut *mut c_void);
     fn rai_shim_module_load(
@@ -159,6 +160,13 @@ fn set_threads(intra: i32) {
 #[no_mangle]
 pub extern "C" fn rai_torch_abi() -> u32 {
     abi::ABI_VERSION
+}
+
+/// # Safety
+/// `host` points to callbacks that stay valid for the life of the process.
+#[no_mangle]
+pub unsafe extern "C" fn rai_torch_set_host(host: *const abi::HostApi) {
+    rai_shim_set_host(host);
 }
 
 #[no_mangle]

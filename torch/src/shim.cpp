@@ -2,6 +2,8 @@
 // return arity, TorchScript compilation (torch::jit::compile) and calling a compiled function.
 // Every function catches C++ exceptions and returns their message through `err` (malloc'd).
 
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
 #include <torch/jit.h>
 #include <torch/script.h>
 
@@ -58,9 +60,145 @@ struct Script {
   c10::Device dev;
 };
 
+// ---- TorchScript extensions: redis.execute, redis.asList, redisAI.model_execute -------------------
+// The module hands us callbacks (`rai_shim_set_host`); these structs mirror src/backends/torch_abi.rs.
+struct StrView {
+  const char* ptr;
+  size_t len;
+};
+struct TensorView {
+  uint32_t dtype;
+  uint32_t ndim;
+  const int64_t* shape;
+  const uint8_t* data;
+  size_t len;
+};
+struct TensorOut {
+  uint32_t dtype;
+  uint32_t ndim;
+  int64_t* shape;
+  uint8_t* data;
+  size_t len;
+};
+struct HostApi {
+  int (*redis_call)(StrView, const StrView*, size_t, uint8_t**, size_t*);
+  int (*model_execute)(StrView, const TensorView*, size_t, size_t, TensorOut**, size_t*, char**);
+  void (*free_bytes)(uint8_t*, size_t);
+  void (*free_tensors)(TensorOut*, size_t);
+  void (*free_string)(char*);
+};
+HostApi g_host{};
+
+// The module's dtype order: FLOAT DOUBLE INT8 INT16 INT32 INT64 UINT8 UINT16 BOOL STRING.
+const c10::ScalarType kTypes[] = {c10::kFloat, c10::kDouble, c10::kChar, c10::kShort, c10::kInt,
+                                  c10::kLong,  c10::kByte,   c10::kUInt16, c10::kBool};
+
+int dtype_index(c10::ScalarType t) {
+  for (int i = 0; i < 9; ++i) {
+    if (i != 7 && kTypes[i] == t) return i;
+  }
+  throw std::runtime_error(std::string("unsupported tensor type ") + c10::toString(t));
+}
+
+// A RESP reply (as the module encodes Redis's reply) to an IValue: strings, integers, nested lists, None.
+c10::IValue parse_resp(const char*& p, const char* end) {
+  const char* eol = static_cast<const char*>(memchr(p, '\r', end - p));
+  if (!eol) throw std::runtime_error("Redis command returned an unreadable reply");
+  char kind = *p;
+  std::string head(p + 1, eol);
+  p = eol + 2;
+  switch (kind) {
+    case '+':
+      return c10::IValue(head);
+    case '-':
+      throw std::runtime_error("Redis command returned an error: " + head);
+    case ':':
+      return c10::IValue(static_cast<int64_t>(std::stoll(head)));
+    case '$': {
+      long n = std::stol(head);
+      if (n < 0) return c10::IValue();
+      std::string v(p, static_cast<size_t>(n));
+      p += n + 2;
+      return c10::IValue(v);
+    }
+    case '*': {
+      long n = std::stol(head);
+      if (n < 0) return c10::IValue();
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (long i = 0; i < n; ++i) list.push_back(parse_resp(p, end));
+      return c10::IValue(list);
+    }
+    default:
+      return c10::IValue();
+  }
+}
+
+c10::IValue redis_execute(const std::string& cmd, const std::vector<std::string>& args) {
+  if (!g_host.redis_call) throw std::runtime_error("redis.execute is not available");
+  std::vector<StrView> v;
+  for (const auto& a : args) v.push_back({a.data(), a.size()});
+  uint8_t* out = nullptr;
+  size_t len = 0;
+  g_host.redis_call({cmd.data(), cmd.size()}, v.data(), v.size(), &out, &len);
+  std::string resp(reinterpret_cast<char*>(out), len);
+  g_host.free_bytes(out, len);
+  const char* p = resp.data();
+  return parse_resp(p, resp.data() + resp.size());
+}
+
+c10::impl::GenericList as_list(const c10::IValue& v) { return v.toList(); }
+
+std::vector<at::Tensor> model_execute(const std::string& key, const std::vector<at::Tensor>& inputs,
+                                      int64_t noutputs) {
+  if (!g_host.model_execute) throw std::runtime_error("redisAI.model_execute is not available");
+  std::vector<at::Tensor> owned;
+  std::vector<TensorView> views;
+  for (const auto& t : inputs) {
+    owned.push_back(t.to(c10::kCPU).contiguous());
+    const auto& c = owned.back();
+    views.push_back({static_cast<uint32_t>(dtype_index(c.scalar_type())), static_cast<uint32_t>(c.dim()),
+                     c.sizes().data(), static_cast<const uint8_t*>(c.data_ptr()), c.nbytes()});
+  }
+  TensorOut* outs = nullptr;
+  size_t n = 0;
+  char* err = nullptr;
+  if (g_host.model_execute({key.data(), key.size()}, views.data(), views.size(), static_cast<size_t>(noutputs), &outs,
+                           &n, &err) != 0) {
+    std::string msg = err ? err : "model execution failed";
+    if (err) g_host.free_string(err);
+    throw std::runtime_error(msg);
+  }
+  std::vector<at::Tensor> result;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> shape(outs[i].shape, outs[i].shape + outs[i].ndim);
+    auto t = torch::empty(shape, torch::TensorOptions().dtype(kTypes[outs[i].dtype]));
+    if (outs[i].len) std::memcpy(t.data_ptr(), outs[i].data, outs[i].len);
+    result.push_back(t);
+  }
+  g_host.free_tensors(outs, n);
+  return result;
+}
+
+// `redis` and `redisAI` in script source name the custom ops above.
+struct Resolver : public torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& m,
+                                                         const torch::jit::SourceRange& loc) override {
+    if (name == "redis" || name == "redisAI") return std::make_shared<torch::jit::BuiltinModule>(name);
+    if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
+    return nullptr;
+  }
+  c10::TypePtr resolveType(const std::string& name, const torch::jit::SourceRange& loc) override { return nullptr; }
+};
+
+auto registry = torch::RegisterOperators("redis::execute", &redis_execute)
+                    .op("redis::asList", &as_list)
+                    .op("redisAI::model_execute", &model_execute);
+
 }  // namespace
 
 extern "C" {
+
+void rai_shim_set_host(const HostApi* host) { g_host = *host; }
 
 void rai_shim_free_string(char* s) { std::free(s); }
 void rai_shim_free_array(at::Tensor** a) { delete[] a; }
@@ -123,7 +261,8 @@ void rai_shim_module_free(void* module) { delete static_cast<torch::jit::Module*
 
 void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) {
   try {
-    auto cu = torch::jit::compile(std::string(src, len));
+    auto cu = std::make_shared<torch::jit::CompilationUnit>();
+    cu->define(std::nullopt, std::string(src, len), std::make_shared<Resolver>(), nullptr);
     return new Script{cu, device(gpu)};
   } catch (const c10::Error& e) {
     *err = dup(e.what_without_backtrace());

@@ -52,7 +52,8 @@ pub fn dagrun_ro(c: &Cmd) -> Result<()> {
 
 fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
-    let plan = parse_dag(&c.args, kind, &Keyspace(c.ctx))?;
+    let mut plan = parse_dag(&c.args, kind, &Keyspace(c.ctx))?;
+    plan.db = c.db();
     for op in &plan.ops {
         queues()
             .get(&op.device)

@@ -32,6 +32,11 @@ impl Cmd<'_> {
     fn replicate_verbatim(&self) {
         raw::replicate_verbatim(self.ctx);
     }
+    /// The client's selected database.
+    fn db(&self) -> i32 {
+        // SAFETY: ctx is the live context of this command (main thread).
+        unsafe { raw::RedisModule_GetSelectedDb.expect("API initialised")(self.ctx) }
+    }
 }
 
 /// Key positions for the getkeys-api callback (cluster routing, COMMAND GETKEYS).

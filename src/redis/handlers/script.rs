@@ -84,7 +84,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     let script =
         Key::open(c.ctx, c.raw[1], false).get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?.clone();
     let call = parse(&c.args)?;
-    let mut plan = Plan { timeout: call.timeout, ..Plan::default() };
+    let mut plan = Plan { timeout: call.timeout, db: c.db(), ..Plan::default() };
     let mut inputs = Vec::with_capacity(call.inputs.len());
     for key in &call.inputs {
         let t =
