@@ -117,3 +117,13 @@ def test_redis_execute_is_replicated(server, make_replica):
     rc = replica.client()
     wait_for(lambda: rc.get("r") == b"9", 10, what="the SET from redis.execute on the replica")
     assert rc.execute_command("AI.TENSORGET", "o", "VALUES") == [9]
+
+
+def test_source_without_final_newline(con):
+    """`$(printf ...)` in a shell drops the final newline; the script must still compile and be kept as sent."""
+    src = "def f(tensors: List[Tensor], keys: List[str], args: List[str]):\n    return tensors[0] * 2"
+    assert con.execute_command("AI.SCRIPTSTORE", "nl", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE", src) == b"OK"
+    assert con.execute_command("AI.SCRIPTGET", "nl", "SOURCE") == src.encode()
+    set_tensor(con, "t", np.array([1.5], dtype=np.float32))
+    assert con.execute_command("AI.SCRIPTEXECUTE", "nl", "f", "INPUTS", 1, "t", "OUTPUTS", 1, "o") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "o"), np.array([3.0], dtype=np.float32))

@@ -262,7 +262,10 @@ void rai_shim_module_free(void* module) { delete static_cast<torch::jit::Module*
 void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) {
   try {
     auto cu = std::make_shared<torch::jit::CompilationUnit>();
-    cu->define(std::nullopt, std::string(src, len), std::make_shared<Resolver>(), nullptr);
+    // TorchScript's parser wants a final newline, which clients (and `$(...)` in shells) often drop.
+    std::string code(src, len);
+    if (code.empty() || code.back() != '\n') code += '\n';
+    cu->define(std::nullopt, code, std::make_shared<Resolver>(), nullptr);
     return new Script{cu, device(gpu)};
   } catch (const c10::Error& e) {
     *err = dup(e.what_without_backtrace());
