@@ -58,6 +58,7 @@ fn open(path: &str) -> Result<Backend> {
         if let Some(host) = HOST.get() {
             sym!("rai_torch_set_host", abi::SetHostFn)(host);
         }
+        sym!("rai_torch_configure", abi::ConfigureFn)(CONFIG.read().inter_op_parallelism as i32);
         let version_fn = sym!("rai_torch_version", abi::VersionFn);
         let free_string = sym!("rai_torch_free_string", abi::FreeStringFn);
         let v = version_fn();

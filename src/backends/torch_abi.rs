@@ -8,7 +8,7 @@
 use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
 #[repr(C)]
@@ -112,3 +112,6 @@ pub struct HostApi {
     pub free_string: unsafe extern "C" fn(p: *mut c_char),
 }
 pub type SetHostFn = unsafe extern "C" fn(host: *const HostApi);
+/// Process-wide libtorch settings, called once right after the library is opened: INTER_OP_PARALLELISM
+/// (`set_num_interop_threads`, which libtorch accepts only once per process); 0 leaves the default.
+pub type ConfigureFn = unsafe extern "C" fn(inter_op_threads: i32);

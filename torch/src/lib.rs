@@ -170,6 +170,13 @@ pub unsafe extern "C" fn rai_torch_set_host(host: *const abi::HostApi) {
 }
 
 #[no_mangle]
+pub extern "C" fn rai_torch_configure(inter_op_threads: i32) {
+    if inter_op_threads > 0 {
+        let _ = catch_unwind(|| tch::set_num_interop_threads(inter_op_threads));
+    }
+}
+
+#[no_mangle]
 pub extern "C" fn rai_torch_version() -> *mut c_char {
     CString::new("2.13.0").unwrap_or_default().into_raw()
 }
