@@ -3,52 +3,18 @@ stream and rewrite), replicas, DUMP/RESTORE (our own payloads and the ONNX cases
 /work/shared/compat/redisai-dumps.json), MEMORY USAGE, and models whose backend is unavailable when they
 are loaded (kept; executing them replies the backend error)."""
 
-import json
-import os
 import time
 
 import numpy as np
 import pytest
 import redis
 
-from conftest import MODULE_PATH, REPO_ROOT, wait_for
+from conftest import MODULE_PATH, wait_for
 from onnx_models import ai_info, blob, get_tensor, model_execute, modules_info, set_tensor, store, weights
 from aof import aof_commands, aof_files, bgrewriteaof
+from recorded import need_case, payload_body, recorded_reply
 
-DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
 BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
-
-
-def _onnx_cases():
-    try:
-        with open(DUMPS_PATH) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {c["key"]: c for c in data["cases"] if c.get("kind") == "model" and c["create"][2].upper() == "ONNX"}
-
-
-ONNX_CASES = _onnx_cases()
-
-
-def need_case(key):
-    if key not in ONNX_CASES:
-        pytest.fail(f"recorded case {key!r} not found in {DUMPS_PATH} (set REDISAI_COMPAT_DUMPS)", pytrace=False)
-    return ONNX_CASES[key]
-
-
-def recorded_reply(expected):
-    """The recording's reply form -> what redis-py returns (bulk strings as bytes)."""
-    if isinstance(expected, dict):
-        return bytes.fromhex(expected["hex"])
-    if isinstance(expected, list):
-        return [recorded_reply(e) for e in expected]
-    return expected
-
-
-def payload_body(dump):
-    """A DUMP payload without its trailer (2-byte RDB version + 8-byte CRC64)."""
-    return dump[:-10]
 
 
 # -------------------------------------------------------------------------------------------------

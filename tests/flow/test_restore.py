@@ -9,15 +9,13 @@ refused without bringing the server down. Model and script cases are not part of
 
 import json
 import math
-import os
 import struct
 
 import pytest
 import redis
 
-from conftest import REPO_ROOT
+from recorded import DUMPS_PATH, payload_body
 
-DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
 BAD_DATA = "Bad data format"
 
 
@@ -83,11 +81,6 @@ def check_replies(con, case, key=None):
 
 def create_args(case):
     return [bytes.fromhex(a) if is_hex else a for a, is_hex in zip(case["create"], case["create_bytes_hex"])]
-
-
-def payload_body(dump):
-    """A DUMP payload without its trailer (2-byte RDB version + 8-byte CRC64), which depend on the server."""
-    return dump[:-10]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ import redis
 
 from conftest import RespError, _encode_command, _RespReader, check_error, check_error_raw, raw_command
 from onnx_models import ai_info, get_tensor, set_tensor, store, weights
-from torch_helpers import (WRONGTYPE, entry, need_case, payload_body, pt_store, recorded_create, recorded_reply,
-                           script_execute, script_set, script_store, scriptexecute_args, wait_replicas)
+from torch_helpers import (WRONGTYPE, entry, pt_store, script_execute, script_set, script_store,
+                           scriptexecute_args, wait_replicas)
+from recorded import need_case, payload_body, recorded_create, recorded_reply
 from aof import aof_commands, bgrewriteaof
 
 # the main test script: entry points with RedisAI's signature

@@ -15,7 +15,6 @@ Behaviour settled for this module (beyond RedisAI 1.2.7): INPUTS/OUTPUTS names m
 """
 
 import json
-import os
 import threading
 
 import numpy as np
@@ -25,9 +24,9 @@ import redis
 from conftest import MODULE_PATH, ONNX_LIB, REPO_ROOT, RespError, check_error_raw, raw_command, wait_for
 from onnx_models import ai_info, blob, get_tensor, model_execute, modules_sections, set_tensor, store, weights
 from aof import aof_commands, bgrewriteaof
+from recorded import DUMPS_PATH, recorded_reply
 
 DATA_DIR = REPO_ROOT / "tests" / "data"
-DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
 TF_VERSION = "2.21.0"
 BOGUS_TF = "/nonexistent/libtensorflow_cc.so.2"
 
@@ -601,15 +600,6 @@ def _tf_case():
         if c["key"] == "m:tf":
             return c
     pytest.fail(f"recorded case 'm:tf' not found in {DUMPS_PATH}", pytrace=False)
-
-
-def recorded_reply(expected):
-    """The recording's reply form -> what redis-py returns (bulk strings as bytes)."""
-    if isinstance(expected, dict):
-        return bytes.fromhex(expected["hex"])
-    if isinstance(expected, list):
-        return [recorded_reply(e) for e in expected]
-    return expected
 
 
 def test_restore_recorded_tf(con):

@@ -17,8 +17,9 @@ import redis
 
 from conftest import check_error_raw, raw_command
 from onnx_models import DATA_DIR, ai_info, get_tensor, model_execute, modules_sections, set_tensor, store, weights
-from torch_helpers import (TORCH_MODELS, TORCH_VERSION, WRONGTYPE, need_case, payload_body, pt_blob, pt_store,
-                           recorded_create, recorded_reply, slow_reference, torch_meta, wait_replicas)
+from torch_helpers import (TORCH_MODELS, TORCH_VERSION, WRONGTYPE, pt_blob, pt_store, slow_reference, torch_meta,
+                           wait_replicas)
+from recorded import need_case, payload_body, recorded_create, recorded_reply
 from aof import aof_commands, aof_files, bgrewriteaof
 
 BOGUS_TORCH = "/nonexistent/libredisai_torch.so"
