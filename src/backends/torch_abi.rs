@@ -30,6 +30,51 @@ pub struct TensorOut {
     pub len: usize,
 }
 
+impl TensorOut {
+    /// Takes `shape` and `data`; the side that made the value frees it (`free_outs`).
+    pub fn new(dtype: u32, shape: Vec<i64>, data: Vec<u8>) -> TensorOut {
+        let (shape, data) = (shape.into_boxed_slice(), data.into_boxed_slice());
+        TensorOut {
+            dtype,
+            ndim: shape.len() as u32,
+            len: data.len(),
+            shape: Box::into_raw(shape) as *mut i64,
+            data: Box::into_raw(data) as *mut u8,
+        }
+    }
+}
+
+/// Hands `outs` to the other side as a raw array, which comes back through `free_outs`.
+///
+/// # Safety
+/// `ptr` and `n` are writable.
+pub unsafe fn give_outs(outs: Vec<TensorOut>, ptr: *mut *mut TensorOut, n: *mut usize) {
+    let boxed = outs.into_boxed_slice();
+    // SAFETY: see above.
+    unsafe {
+        *n = boxed.len();
+        *ptr = Box::into_raw(boxed) as *mut TensorOut;
+    }
+}
+
+/// Frees an array from `give_outs` and the buffers of its `TensorOut::new` values.
+///
+/// # Safety
+/// `p`/`n` came from `give_outs` on this same side and are freed once.
+pub unsafe fn free_outs(p: *mut TensorOut, n: usize) {
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: see above; every element was built by `TensorOut::new`.
+    unsafe {
+        let all = Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n));
+        for t in all.iter() {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.shape, t.ndim as usize)));
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.data, t.len)));
+        }
+    }
+}
+
 /// A borrowed byte string.
 #[repr(C)]
 pub struct StrView {

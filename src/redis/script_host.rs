@@ -9,7 +9,7 @@ use redis_module::raw;
 
 use super::keyspace::Key;
 use super::model_type::{ModelValue, MODEL_TYPE};
-use crate::backends::torch_abi::{HostApi, StrView, TensorOut, TensorView};
+use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::script::current_db;
@@ -183,22 +183,14 @@ unsafe extern "C" fn model_execute(
     unsafe {
         match result {
             Ok(ts) => {
-                let outs: Box<[TensorOut]> = ts
+                let outs = ts
                     .into_iter()
                     .map(|t| {
-                        let shape: Box<[i64]> = t.shape().to_vec().into_boxed_slice();
-                        let data: Box<[u8]> = t.data().to_vec().into_boxed_slice();
-                        TensorOut {
-                            dtype: DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0) as u32,
-                            ndim: shape.len() as u32,
-                            len: data.len(),
-                            shape: Box::into_raw(shape) as *mut i64,
-                            data: Box::into_raw(data) as *mut u8,
-                        }
+                        let dtype = DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0) as u32;
+                        TensorOut::new(dtype, t.shape().to_vec(), t.data().to_vec())
                     })
                     .collect();
-                *nout = outs.len();
-                *outputs = Box::into_raw(outs) as *mut TensorOut;
+                torch_abi::give_outs(outs, outputs, nout);
                 0
             }
             Err(e) => {
@@ -217,17 +209,8 @@ unsafe extern "C" fn free_bytes(p: *mut u8, len: usize) {
 }
 
 unsafe extern "C" fn free_tensors(p: *mut TensorOut, n: usize) {
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: `p`/`n` and each tensor's buffers came from `model_execute` and are freed once.
-    unsafe {
-        let all = Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n));
-        for t in all.iter() {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.shape, t.ndim as usize)));
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.data, t.len)));
-        }
-    }
+    // SAFETY: `p`/`n` came from `model_execute` (give_outs) and are freed once.
+    unsafe { torch_abi::free_outs(p, n) }
 }
 
 unsafe extern "C" fn free_string(p: *mut c_char) {

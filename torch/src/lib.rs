@@ -100,13 +100,11 @@ fn to_out(t: &Tensor) -> Result<TensorOut, String> {
     let t = t.f_to_device(tch::Device::Cpu).and_then(|t| t.f_contiguous()).map_err(|e| e.to_string())?;
     let dtype = dtype_of(t.kind())?;
     let numel = t.numel();
-    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()].into_boxed_slice();
+    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
     if numel > 0 {
         t.f_copy_data_u8(&mut data, numel).map_err(|e| e.to_string())?;
     }
-    let shape = t.size().into_boxed_slice();
-    let (ndim, len) = (shape.len() as u32, data.len());
-    Ok(TensorOut { dtype, ndim, shape: Box::into_raw(shape) as *mut i64, data: Box::into_raw(data) as *mut u8, len })
+    Ok(TensorOut::new(dtype, t.size(), data))
 }
 
 /// SAFETY (callers): `err` is writable.
@@ -144,9 +142,7 @@ unsafe fn adopt(
     let tensors: Vec<Tensor> = (0..n).map(|i| Tensor::from_ptr(*arr.add(i) as *mut _)).collect();
     rai_shim_free_array(arr);
     let outs = tensors.iter().map(to_out).collect::<Result<Vec<_>, _>>()?;
-    let boxed = outs.into_boxed_slice();
-    *noutputs = boxed.len();
-    *outputs = Box::into_raw(boxed) as *mut TensorOut;
+    abi::give_outs(outs, outputs, noutputs);
     Ok(())
 }
 
@@ -353,16 +349,8 @@ pub unsafe extern "C" fn rai_torch_script_free(script: *mut c_void) {
 /// `tensors`/`n` came from a run of this library and are freed once.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_free_tensors(tensors: *mut TensorOut, n: usize) {
-    if tensors.is_null() {
-        return;
-    }
-    let all = Box::from_raw(std::ptr::slice_from_raw_parts_mut(tensors, n));
-    for t in all.iter() {
-        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.shape, t.ndim as usize)));
-        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(t.data, t.len)));
-    }
+    abi::free_outs(tensors, n)
 }
-
 /// # Safety
 /// `s` came from this library and is freed once.
 #[no_mangle]
