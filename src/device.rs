@@ -20,15 +20,17 @@ impl Device {
     /// RedisAI's MODELSTORE rule: `CPU`/`GPU` with an optional `:<digits>`, fewer than 10 characters.
     pub fn parse(s: &[u8]) -> Result<Device> {
         let text = std::str::from_utf8(s).map_err(|_| Error::InvalidDevice)?;
-        if text.len() >= 10 || text.len() < 3 {
+        if text.len() >= 10 || !text.is_ascii() {
             return Err(Error::InvalidDevice);
         }
-        let kind = match &text[..3] {
+        // ASCII only from here, so byte offsets are character boundaries.
+        let (head, rest) = text.split_at(text.len().min(3));
+        let kind = match head {
             k if k.eq_ignore_ascii_case("CPU") => DeviceKind::Cpu,
             k if k.eq_ignore_ascii_case("GPU") => DeviceKind::Gpu,
             _ => return Err(Error::InvalidDevice),
         };
-        let id = match &text[3..] {
+        let id = match rest {
             "" => None,
             rest => {
                 let digits = rest.strip_prefix(':').ok_or(Error::InvalidDevice)?;
@@ -62,7 +64,18 @@ mod tests {
         assert_eq!((d.kind, d.id, d.queue_key(), d.name.as_str()), (DeviceKind::Cpu, Some(1), "CPU:1".into(), "cpu:1"));
         assert_eq!(Device::parse(b"GPU").unwrap().kind, DeviceKind::Gpu);
         assert_eq!(Device::parse(b"CPU:12345").unwrap().id, Some(12345));
-        for bad in [&b"bad_device"[..], b"CPU::", b"CPU:1.8", b"CPU:", b"CPU:123456", b"TPU", b"CPUX", b""] {
+        for bad in [
+            &b"bad_device"[..],
+            b"CPU::",
+            b"CPU:1.8",
+            b"CPU:",
+            b"CPU:123456",
+            b"TPU",
+            b"CPUX",
+            b"",
+            "é1".as_bytes(),
+            "CPU:é".as_bytes(),
+        ] {
             assert_eq!(Device::parse(bad), Err(Error::InvalidDevice), "{bad:?}");
         }
     }

@@ -6,6 +6,9 @@ pub mod model;
 pub mod script;
 pub mod tensor;
 
+#[cfg(test)]
+mod fuzz;
+
 /// Case-insensitive keyword match, like RedisAI's `strcasecmp`.
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
