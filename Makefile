@@ -39,7 +39,7 @@ MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
 PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB)
 
-.PHONY: help build run test bench lint clean fetch-backends venv
+.PHONY: help build run test bench fuzz lint clean fetch-backends venv
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
@@ -80,6 +80,10 @@ test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py)
 	$(PYTEST_ENV) $(PYTHON) bench/bench.py
+
+FUZZ_CASES ?= 200000
+fuzz: ## Property-test every parser and RDB decoder with FUZZ_CASES random inputs each (src/commands/fuzz.rs)
+	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release commands::fuzz
 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --check
