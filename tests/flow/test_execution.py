@@ -212,7 +212,9 @@ def test_background_time_in_slowlog_and_commandstats(server):
     entries = raw_command(server.port, "SLOWLOG", "GET", 10)
     mine = [e for e in entries if e[3][0].upper() == b"AI.MODELEXECUTE"]
     assert mine, entries
-    assert run_us * 0.5 <= mine[0][2] <= elapsed_us + 1000, (mine[0][2], run_us, elapsed_us)
+    # The upper bound is a sanity check only: Redis 7.0's own accounting has been seen to exceed the client's
+    # round trip by ~2% (81.9 vs 80.1 ms), so allow 5% + 2 ms.
+    assert run_us * 0.5 <= mine[0][2] <= elapsed_us * 1.05 + 2000, (mine[0][2], run_us, elapsed_us)
     stats = server.info("commandstats")
     usec = int(dict(kv.split("=") for kv in stats["cmdstat_ai.modelexecute"].split(","))["usec"])
     assert usec >= run_us * 0.5, (usec, run_us)
