@@ -14,6 +14,10 @@ struct State {
     next_id: u64,
     items: BTreeMap<u64, (Instant, Callback)>,
     started: bool,
+    /// When the watchdog thread wakes next (None: it sleeps until notified). A new deadline later than this
+    /// needs no wake-up, so the common case (every run has the same limit) costs no context switch.
+    wake_at: Option<Instant>,
+    sleeping: bool,
 }
 
 struct Watchdog {
@@ -44,8 +48,11 @@ pub fn watch(deadline: Instant, on_expiry: impl FnOnce() + Send + 'static) -> Wa
         let worker = dog.clone();
         st.started = std::thread::Builder::new().name("ai:watchdog".into()).spawn(move || worker.run()).is_ok();
     }
+    let wake = st.sleeping && st.wake_at.is_none_or(|w| deadline < w);
     drop(st);
-    dog.cv.notify_one();
+    if wake {
+        dog.cv.notify_one();
+    }
     Watch(id)
 }
 
@@ -64,12 +71,15 @@ impl Watchdog {
                 st = self.state.lock();
                 continue;
             }
-            match st.items.values().map(|(d, _)| *d).min() {
+            st.wake_at = st.items.values().map(|(d, _)| *d).min();
+            st.sleeping = true;
+            match st.wake_at {
                 Some(d) => {
                     self.cv.wait_until(&mut st, d);
                 }
                 None => self.cv.wait(&mut st),
             }
+            st.sleeping = false;
         }
     }
 }
