@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 
 import numpy as np
@@ -192,3 +193,83 @@ def redis_error_text(fn, *args, **kwargs):
 
 
 FLOAT_FMT = re.compile(r"^\d+\.\d{6}$")
+
+
+def mexec(model, inputs, outputs, *extra):
+    """The argv of AI.MODELEXECUTE."""
+    return ["AI.MODELEXECUTE", model, "INPUTS", len(inputs), *inputs, "OUTPUTS", len(outputs), *outputs, *extra]
+
+
+def blocked_names(srv):
+    """Names of the clients that CLIENT LIST shows as blocked (flag `b`)."""
+    text = srv.raw("CLIENT", "LIST")
+    assert not isinstance(text, RespError), text
+    names = set()
+    for line in text.decode(errors="replace").splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
+        if "b" in fields.get("flags", ""):
+            names.add(fields.get("name", ""))
+    return names
+
+
+class Request(threading.Thread):
+    """One command sent from its own named connection on a thread; the reply is kept as sent on the wire
+    (`OK`/`TIMEDOUT` as str, errors as RespError with their full text, arrays as lists)."""
+
+    def __init__(self, srv, name, *cmd, start=False):
+        super().__init__(daemon=True)
+        self.name_ = name
+        self.conn = RawClient(srv.port, timeout=60)
+        self.conn.send("CLIENT", "SETNAME", name)
+        assert self.conn.reply() == "OK"
+        self.cmd = cmd
+        self.reply = None
+        self.error = None
+        self.elapsed = None
+        if start:
+            self.start()
+
+    def run(self):
+        t0 = time.monotonic()
+        try:
+            self.conn.send(*self.cmd)
+            self.reply = self.conn.reply()
+        except Exception as e:  # noqa: BLE001
+            self.error = e
+        finally:
+            self.elapsed = time.monotonic() - t0
+            self.conn.close()
+
+    def result(self, timeout=30.0):
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name_}: no reply after {timeout}s"
+        assert self.error is None, f"{self.name_}: {self.error!r}"
+        return self.reply
+
+
+def concurrent_executes(server, model, n_threads, n_runs):
+    """n_threads clients each run `model` (x [2, 4] -> one output) n_runs times on inputs of their own;
+    returns ({(t, i): input}, {(t, i): output}). Keys x:t:i / y:t:i are left for re-checks."""
+    inputs = {(t, i): (np.full((2, 4), t, dtype=np.float32) + np.arange(8, dtype=np.float32).reshape(2, 4) * (i + 1)
+                       - np.float32(i) / 7) for t in range(n_threads) for i in range(n_runs)}
+    results, errors = {}, []
+
+    def worker(t):
+        c = server.client()
+        try:
+            for i in range(n_runs):
+                set_tensor(c, f"x:{t}:{i}", inputs[t, i])
+                assert model_execute(c, model, [f"x:{t}:{i}"], [f"y:{t}:{i}"]) == b"OK"
+                results[t, i] = get_tensor(c, f"y:{t}:{i}")
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append((t, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not any(th.is_alive() for th in threads), "workers did not finish"
+    assert errors == [], errors
+    assert len(results) == n_threads * n_runs
+    return inputs, results

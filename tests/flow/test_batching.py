@@ -20,15 +20,14 @@ Models (tests/data/gen_onnx.py):
 """
 
 import math
-import threading
 import time
 
 import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, TF_LIB, RespError, wait_for
-from onnx_models import (RawClient, ai_info, get_tensor, make_model, proc_cpu_seconds, set_tensor, store,
-                         weights)
+from onnx_models import (RawClient, Request, ai_info, blocked_names, get_tensor, make_model, mexec, proc_cpu_seconds,
+                         set_tensor, store, weights)
 
 DATA_DIR = REPO_ROOT / "tests" / "data"
 E_BATCH = "ERR Model did not generate the expected batch size"
@@ -40,58 +39,9 @@ HEAVY_ROWS = 2048
 # helpers
 
 
-def mexec(model, inputs, outputs, *extra):
-    return ["AI.MODELEXECUTE", model, "INPUTS", len(inputs), *inputs, "OUTPUTS", len(outputs), *outputs, *extra]
-
-
 def rows(seed, n, m=2, dtype=np.float32):
     """n x m small integers (exact in float32, so sums compare exactly)."""
     return np.random.default_rng(seed).integers(1, 50, size=(n, m)).astype(dtype)
-
-
-def blocked_names(srv):
-    """Names of the clients that CLIENT LIST shows as blocked (flag `b`)."""
-    text = srv.raw("CLIENT", "LIST")
-    assert not isinstance(text, RespError), text
-    names = set()
-    for line in text.decode(errors="replace").splitlines():
-        fields = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
-        if "b" in fields.get("flags", ""):
-            names.add(fields.get("name", ""))
-    return names
-
-
-class Request(threading.Thread):
-    """One command sent from its own named connection on a thread; the reply is kept as sent on the wire
-    (`OK`/`TIMEDOUT` as str, errors as RespError with their full text, arrays as lists)."""
-
-    def __init__(self, srv, name, *cmd):
-        super().__init__(daemon=True)
-        self.name_ = name
-        self.conn = RawClient(srv.port, timeout=60)
-        self.conn.send("CLIENT", "SETNAME", name)
-        assert self.conn.reply() == "OK"
-        self.cmd = cmd
-        self.reply = None
-        self.error = None
-        self.elapsed = None
-
-    def run(self):
-        t0 = time.monotonic()
-        try:
-            self.conn.send(*self.cmd)
-            self.reply = self.conn.reply()
-        except Exception as e:  # noqa: BLE001
-            self.error = e
-        finally:
-            self.elapsed = time.monotonic() - t0
-            self.conn.close()
-
-    def result(self, timeout=30.0):
-        self.join(timeout)
-        assert not self.is_alive(), f"{self.name_}: no reply after {timeout}s"
-        assert self.error is None, f"{self.name_}: {self.error!r}"
-        return self.reply
 
 
 def fire(srv, named_cmds):

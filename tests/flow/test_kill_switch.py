@@ -6,7 +6,6 @@ serves the next request right after, and with THREADS_PER_QUEUE 2 the other work
 loop_forever.onnx (tests/data/gen_onnx.py): x FLOAT [1] -> y, an ONNX Loop with trip count 2^62 that never
 ends unless stopped."""
 
-import threading
 import time
 
 import numpy as np
@@ -14,58 +13,9 @@ import pytest
 import redis
 
 from conftest import MODULE_PATH, ONNX_LIB, RespError, wait_for
-from onnx_models import RawClient, ai_info, get_tensor, modules_info, set_tensor, store, weights
+from onnx_models import Request, ai_info, blocked_names, get_tensor, mexec, modules_info, set_tensor, store, weights
 
 TERMINATED = "Exiting due to terminate flag being set to true"
-
-
-def mexec(model, inputs, outputs, *extra):
-    return ["AI.MODELEXECUTE", model, "INPUTS", len(inputs), *inputs, "OUTPUTS", len(outputs), *outputs, *extra]
-
-
-def blocked_names(srv):
-    text = srv.raw("CLIENT", "LIST")
-    assert not isinstance(text, RespError), text
-    names = set()
-    for line in text.decode(errors="replace").splitlines():
-        fields = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
-        if "b" in fields.get("flags", ""):
-            names.add(fields.get("name", ""))
-    return names
-
-
-class Request(threading.Thread):
-    """One command from its own named connection, on a thread; the reply as sent on the wire (errors as
-    RespError with their full text)."""
-
-    def __init__(self, srv, name, *cmd):
-        super().__init__(daemon=True)
-        self.name_ = name
-        self.conn = RawClient(srv.port, timeout=60)
-        self.conn.send("CLIENT", "SETNAME", name)
-        assert self.conn.reply() == "OK"
-        self.cmd = cmd
-        self.reply = None
-        self.error = None
-        self.elapsed = None
-        self.start()
-
-    def run(self):
-        t0 = time.monotonic()
-        try:
-            self.conn.send(*self.cmd)
-            self.reply = self.conn.reply()
-        except Exception as e:  # noqa: BLE001
-            self.error = e
-        finally:
-            self.elapsed = time.monotonic() - t0
-            self.conn.close()
-
-    def result(self, timeout=30.0):
-        self.join(timeout)
-        assert not self.is_alive(), f"{self.name_}: no reply after {timeout}s"
-        assert self.error is None, f"{self.name_}: {self.error!r}"
-        return self.reply
 
 
 def assert_terminated(reply):
@@ -97,11 +47,11 @@ def test_runaway_run_is_terminated(server):
     con = server.client()
     assert modules_info(server)["ai_model_execution_timeout"] == "1000"
     x = setup_models(con)
-    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]))
+    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]), start=True)
     wait_for(lambda: "loop" in blocked_names(server), 5, what="the runaway request to block")
     time.sleep(0.2)
     # queued behind the runaway run on the same device queue
-    behind = Request(server, "behind", *mexec("lin", ["x"], ["y_behind"]))
+    behind = Request(server, "behind", *mexec("lin", ["x"], ["y_behind"]), start=True)
     latencies = []
     while loop.is_alive() and len(latencies) < 1000:
         t0 = time.monotonic()
@@ -159,7 +109,7 @@ def test_runaway_run_does_not_stop_the_other_worker(server):
     con = server.client()
     x = setup_models(con)
     want = weights.linear(x)
-    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]))
+    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]), start=True)
     wait_for(lambda: "loop" in blocked_names(server), 5, what="the runaway request to block")
     served = 0
     while loop.is_alive():
@@ -177,7 +127,7 @@ def test_runaway_run_does_not_stop_the_other_worker(server):
     for _ in range(6):
         assert server.raw(*mexec("lin", ["x"], ["y"])) == "OK"
     # two at once: one per worker
-    loops = [Request(server, f"loop{i}", *mexec("loop", ["lx"], [f"ly{i}"])) for i in range(2)]
+    loops = [Request(server, f"loop{i}", *mexec("loop", ["lx"], [f"ly{i}"]), start=True) for i in range(2)]
     for r in loops:
         assert_terminated(r.result(10))
         assert 0.9 <= r.elapsed < 5.0, f"{r.name_} ended after {r.elapsed:.3f}s"
@@ -211,7 +161,7 @@ def test_default_execution_timeout_is_5000(server):
     con = server.client()
     assert modules_info(server)["ai_model_execution_timeout"] == "5000"
     setup_models(con)
-    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]))
+    loop = Request(server, "loop", *mexec("loop", ["lx"], ["ly"]), start=True)
     worst = 0.0
     while loop.is_alive():
         t0 = time.monotonic()

@@ -15,14 +15,14 @@ Behaviour settled for this module (beyond RedisAI 1.2.7): INPUTS/OUTPUTS names m
 """
 
 import json
-import threading
 
 import numpy as np
 import pytest
 import redis
 
 from conftest import MODULE_PATH, ONNX_LIB, REPO_ROOT, RespError, check_error_raw, raw_command, wait_for
-from onnx_models import ai_info, blob, get_tensor, model_execute, modules_sections, set_tensor, store, weights
+from onnx_models import (ai_info, blob, concurrent_executes, get_tensor, model_execute, modules_sections, set_tensor,
+                         store, weights)
 from aof import aof_commands, bgrewriteaof
 from recorded import DUMPS_PATH, recorded_reply
 
@@ -710,28 +710,7 @@ def test_concurrent_execute(server):
     con = server.client()
     tf_store(con, "m", "dense")
     n_threads, n_runs = 8, 25
-    inputs = {(t, i): (np.full((2, 4), t, dtype=np.float32) + np.arange(8, dtype=np.float32).reshape(2, 4) * (i + 1)
-                       - np.float32(i) / 7) for t in range(n_threads) for i in range(n_runs)}
-    results, errors = {}, []
-
-    def worker(t):
-        c = server.client()
-        try:
-            for i in range(n_runs):
-                set_tensor(c, f"x:{t}:{i}", inputs[t, i])
-                assert model_execute(c, "m", [f"x:{t}:{i}"], [f"y:{t}:{i}"]) == b"OK"
-                results[t, i] = get_tensor(c, f"y:{t}:{i}")
-        except Exception as e:  # noqa: BLE001  (reported below)
-            errors.append((t, repr(e)))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    assert not any(th.is_alive() for th in threads), "workers did not finish"
-    assert errors == [], errors
-    assert len(results) == n_threads * n_runs
+    inputs, results = concurrent_executes(server, "m", n_threads, n_runs)
     for key, x in inputs.items():
         assert_close(results[key], weights.linear(x))
     # exact: each output is bit for bit what a run of the same input alone gives

@@ -9,14 +9,14 @@ Not implemented yet and not tested: the TorchScript extensions `redis.execute`, 
 `redisAI.model_execute`.
 """
 
-import threading
 
 import numpy as np
 import pytest
 import redis
 
 from conftest import check_error_raw, raw_command
-from onnx_models import DATA_DIR, ai_info, get_tensor, model_execute, modules_sections, set_tensor, store, weights
+from onnx_models import (DATA_DIR, ai_info, concurrent_executes, get_tensor, model_execute, modules_sections,
+                         set_tensor, store, weights)
 from torch_helpers import (TORCH_MODELS, TORCH_VERSION, WRONGTYPE, pt_blob, pt_store, slow_reference, torch_meta,
                            wait_replicas)
 from recorded import need_case, payload_body, recorded_create, recorded_reply
@@ -301,28 +301,7 @@ def test_concurrent_execute(server):
     con = server.client()
     pt_store(con, "m", "torch_linear")
     n_threads, n_runs = 8, 25
-    inputs = {(t, i): (np.full((2, 4), t, dtype=np.float32) + np.arange(8, dtype=np.float32).reshape(2, 4) * (i + 1)
-                       - np.float32(i) / 7) for t in range(n_threads) for i in range(n_runs)}
-    results, errors = {}, []
-
-    def worker(t):
-        c = server.client()
-        try:
-            for i in range(n_runs):
-                set_tensor(c, f"x:{t}:{i}", inputs[t, i])
-                assert model_execute(c, "m", [f"x:{t}:{i}"], [f"y:{t}:{i}"]) == b"OK"
-                results[t, i] = get_tensor(c, f"y:{t}:{i}")
-        except Exception as e:  # noqa: BLE001  (reported below)
-            errors.append((t, repr(e)))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    assert not any(th.is_alive() for th in threads), "workers did not finish"
-    assert errors == [], errors
-    assert len(results) == n_threads * n_runs
+    inputs, results = concurrent_executes(server, "m", n_threads, n_runs)
     for key, x in inputs.items():
         np.testing.assert_allclose(results[key], weights.linear(x), rtol=1e-5, atol=1e-5)
     # exact: each output is bit for bit what a run of the same input alone gives
