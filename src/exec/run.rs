@@ -167,55 +167,36 @@ impl Entry {
     }
 
     /// Skips a failed or timed-out run, parks an entry whose inputs are missing, or returns the inputs.
+    /// One lock decides all three: a producer that fails (or a run that times out) between "inputs
+    /// missing" and "parked" would otherwise leave this entry parked with nobody left to wake it.
     fn prepare(self) -> Option<(Entry, Vec<Arc<Tensor>>)> {
-        enum Next {
-            Finish(Vec<Entry>),
-            Ready(Vec<Arc<Tensor>>),
-            Park,
-        }
-        let next = {
-            let run = &self.run;
-            let op = &run.plan.ops[self.op_index()];
-            let mut st = run.state.lock();
-            if st.failed || run.timed_out() {
-                Next::Finish(Vec::new())
-            } else if run.deadline.is_some_and(|d| Instant::now() > d) {
-                run.timed_out.store(true, Ordering::Release);
-                Next::Finish(std::mem::take(&mut st.parked))
-            } else {
-                match op.inputs().iter().map(|&s| st.slots[s].clone()).collect::<Option<Vec<_>>>() {
-                    Some(v) => Next::Ready(v),
-                    None => Next::Park,
-                }
-            }
+        let run = self.run.clone();
+        let mut st = run.state.lock();
+        let finish = if st.failed || run.timed_out() {
+            Some(Vec::new())
+        } else if run.deadline.is_some_and(|d| Instant::now() > d) {
+            run.timed_out.store(true, Ordering::Release);
+            Some(std::mem::take(&mut st.parked))
+        } else {
+            None
         };
-        match next {
-            Next::Finish(parked) => {
-                self.run.wake(parked);
-                self.finish();
-                None
+        if let Some(parked) = finish {
+            drop(st);
+            run.wake(parked);
+            drop(run);
+            self.finish();
+            return None;
+        }
+        let inputs = run.plan.ops[self.op_index()].inputs().iter().map(|&s| st.slots[s].clone()).collect();
+        match inputs {
+            Some(v) => {
+                drop(st);
+                drop(run);
+                Some((self, v))
             }
-            Next::Ready(inputs) => Some((self, inputs)),
-            Next::Park => {
-                // Checked again under the lock the producers write under, so no wake-up can be lost.
-                let run = self.run.clone();
-                let mut st = run.state.lock();
-                match run.plan.ops[self.op_index()]
-                    .inputs()
-                    .iter()
-                    .map(|&s| st.slots[s].clone())
-                    .collect::<Option<Vec<_>>>()
-                {
-                    Some(v) => {
-                        drop(st);
-                        drop(run);
-                        Some((self, v))
-                    }
-                    None => {
-                        st.parked.push(self);
-                        None
-                    }
-                }
+            None => {
+                st.parked.push(self);
+                None
             }
         }
     }
@@ -427,6 +408,7 @@ mod tests {
         outputs: Vec<String>,
         runs: Arc<AtomicUsize>,
         fail: bool,
+        delay: Duration,
     }
 
     impl LoadedModel for Fake {
@@ -438,7 +420,7 @@ mod tests {
         }
         fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
             self.runs.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(self.delay);
             if self.fail {
                 return Err(Error::Plain("injected failure".into()));
             }
@@ -494,7 +476,13 @@ mod tests {
                     outputs: vec![],
                     blob: Vec::new().into(),
                 };
-                let fake = Fake { names: vec!["x".into(); k], outputs: vec!["y".into()], runs: counter.clone(), fail };
+                let fake = Fake {
+                    names: vec!["x".into(); k],
+                    outputs: vec!["y".into()],
+                    runs: counter.clone(),
+                    fail,
+                    delay: Duration::from_micros(50),
+                };
                 let model = Arc::new(Model::with_handle(b"m", spec, Ok(Box::new(fake))));
                 let out = plan.new_slot();
                 let v = inputs.iter().map(|&i| expected[i]).sum::<Option<f64>>().filter(|_| !fail).map(|s| s + 1.0);
@@ -561,6 +549,7 @@ mod tests {
             outputs: vec!["y".into()],
             runs: runs.clone(),
             fail: false,
+            delay: Duration::from_micros(50),
         };
         let model = Arc::new(Model::with_handle(b"m", spec("CPU"), Ok(Box::new(fake(&slow)))));
         let mut plan = Plan { timeout: Some(Duration::from_nanos(1)), ..Plan::default() };
@@ -573,5 +562,50 @@ mod tests {
         Run::submit(plan, &queues, move |run| tx.send(run.timed_out()).unwrap()).unwrap();
         assert!(rx.recv_timeout(Duration::from_secs(5)).unwrap());
         assert_eq!(slow.load(Ordering::SeqCst), 0);
+    }
+
+    /// A consumer that parks while its producer, on another device, fails (or the run times out) must still
+    /// be finished: the failure and the parking are decided under the same lock. Many fast rounds, since
+    /// the window between "inputs missing" and "parked" is short.
+    #[test]
+    fn consumer_of_a_failing_producer_on_another_device_replies() {
+        let queues = Queues::new(1);
+        let spec = |d: &str| ModelSpec {
+            backend: BackendKind::Onnx,
+            device: Device::parse(d.as_bytes()).unwrap(),
+            tag: vec![],
+            batch: BatchOpts::default(),
+            inputs: vec![],
+            outputs: vec![],
+            blob: Vec::new().into(),
+        };
+        let model = |d: &str, fail: bool| {
+            let fake = Fake {
+                names: vec!["x".into()],
+                outputs: vec!["y".into()],
+                runs: Arc::new(AtomicUsize::new(0)),
+                fail,
+                delay: Duration::ZERO,
+            };
+            Arc::new(Model::with_handle(b"m", spec(d), Ok(Box::new(fake))))
+        };
+        let (producer, consumer) = (model("CPU", true), model("CPU:1", false));
+        for round in 0..100_000 {
+            let mut plan = Plan::default();
+            let a = plan.new_slot();
+            plan.loaded.push((a, Arc::new(scalar(0.0))));
+            let (b, c) = (plan.new_slot(), plan.new_slot());
+            plan.ops.push(Op {
+                kind: OpKind::Model { model: producer.clone(), inputs: vec![a], outputs: vec![b] },
+                device: "CPU".into(),
+            });
+            plan.ops.push(Op {
+                kind: OpKind::Model { model: consumer.clone(), inputs: vec![b], outputs: vec![c] },
+                device: "CPU:1".into(),
+            });
+            let (tx, rx) = mpsc::channel();
+            Run::submit(plan, &queues, move |run| tx.send(run.failed()).unwrap()).unwrap();
+            assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true), "round {round}: no reply");
+        }
     }
 }
