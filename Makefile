@@ -30,6 +30,11 @@ TF_DIR := $(shell scripts/fetch-backend.sh --dir tensorflow)
 TF_LIB := $(TF_DIR)/lib/libtensorflow_cc.so.2
 export REDISAI_TF_LIB_DIR := $(TF_DIR)/lib
 
+# TensorFlow Lite: libLiteRt.so (LiteRT's C API) from the ai-edge-litert wheel.
+TFLITE_DIR := $(shell scripts/fetch-backend.sh --dir litert)
+TFLITE_LIB := $(TFLITE_DIR)/lib/libLiteRt.so
+export REDISAI_TFLITE_LIB_DIR := $(TFLITE_DIR)/lib
+
 # libtorch (for the TORCH backend library, target/release/libredisai_torch.so, crate torch/).
 TORCH_DIR := $(shell scripts/fetch-backend.sh --dir torch)
 export LIBTORCH := $(TORCH_DIR)
@@ -37,7 +42,7 @@ export LIBTORCH := $(TORCH_DIR)
 # Run again on the alternative servers (Redis 8.2, Valkey 9.1).
 MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
-PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB)
+PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB)
 
 .PHONY: help build run test bench fuzz lint clean fetch-backends venv
 
@@ -64,7 +69,7 @@ build: fetch-backends ## Build target/release/libredisai.so and its TORCH backen
 
 run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 \
-	  --loadmodule $(MODULE) ONNX $(ORT_LIB) TF $(TF_LIB)
+	  --loadmodule $(MODULE) ONNX $(ORT_LIB) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
 test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8.2 and Valkey 9.1
 	cargo test --release

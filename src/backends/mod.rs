@@ -1,9 +1,13 @@
 //! The backend seam: a backend turns a serialized model into a `LoadedModel` that runs tensors.
 
+#[cfg(any(feature = "tensorflow", feature = "tflite"))]
+mod dl;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 #[cfg(feature = "tensorflow")]
 pub mod tensorflow;
+#[cfg(feature = "tflite")]
+pub mod tflite;
 #[cfg(feature = "torch")]
 pub mod torch;
 #[cfg(feature = "torch")]
@@ -65,8 +69,12 @@ pub fn load_model(backend: BackendKind, blob: Arc<[u8]>, opts: &LoadOptions) -> 
         BackendKind::Onnx => onnx::load(blob, opts),
         #[cfg(feature = "tensorflow")]
         BackendKind::Tf => tensorflow::load(blob, opts),
+        #[cfg(feature = "tflite")]
+        BackendKind::TfLite => tflite::load(blob, opts),
         #[cfg(feature = "torch")]
         BackendKind::Torch => torch::load(blob, opts),
+        // Reached only when a backend's feature is off.
+        #[allow(unreachable_patterns)]
         other => {
             let _ = (blob, opts);
             Err(Error::Generic(format!("Could not load backend {}: not built into this module", other.name())))
@@ -80,6 +88,10 @@ pub fn loaded_versions() -> Vec<(&'static str, String)> {
     #[cfg(feature = "tensorflow")]
     if let Some(ver) = tensorflow::version() {
         v.push(("TensorFlow_version", ver));
+    }
+    #[cfg(feature = "tflite")]
+    if let Some(ver) = tflite::version() {
+        v.push(("TensorFlowLite_version", ver));
     }
     #[cfg(feature = "torch")]
     if let Some(ver) = torch::version() {
@@ -99,8 +111,11 @@ pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
         BackendKind::Onnx => onnx::load_library(path),
         #[cfg(feature = "tensorflow")]
         BackendKind::Tf => tensorflow::load_library(path),
+        #[cfg(feature = "tflite")]
+        BackendKind::TfLite => tflite::load_library(path),
         #[cfg(feature = "torch")]
         BackendKind::Torch => torch::load_library(path),
+        #[allow(unreachable_patterns)]
         _ => {
             let _ = path;
             Err(Error::Generic("error loading backend".into()))

@@ -7,7 +7,7 @@ log files can be read afterwards; pytest keeps the last few base temp dirs).
 Environment:
   REDISAI_MODULE     path of the module (default: <repo>/target/release/libredisai.so)
   REDIS_SERVER       server binary (default: redis-server; valkey-server works too)
-  REDISAI_ONNX_LIB   if set, the module is loaded with ``ONNX <that path>``
+  REDISAI_ONNX_LIB   if set, the module is loaded with ``ONNX <that path>`` (likewise REDISAI_TF_LIB, REDISAI_TFLITE_LIB)
   REDISAI_LOG_TAIL   number of log lines shown for a failed test (default 200)
 
 Fixtures:
@@ -51,6 +51,7 @@ MODULE_PATH = os.environ.get("REDISAI_MODULE") or str(REPO_ROOT / "target" / "re
 SERVER_BIN = os.environ.get("REDIS_SERVER") or "redis-server"
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 TF_LIB = os.environ.get("REDISAI_TF_LIB")
+TFLITE_LIB = os.environ.get("REDISAI_TFLITE_LIB")
 LOG_TAIL_LINES = int(os.environ.get("REDISAI_LOG_TAIL", "200"))
 
 START_TIMEOUT = 30.0  # seconds for a server to answer PING (loading a big AOF/RDB can take a while)
@@ -252,6 +253,8 @@ class RedisServer:
             args += ["ONNX", ONNX_LIB]
         if TF_LIB:
             args += ["TF", TF_LIB]
+        if TFLITE_LIB:
+            args += ["TFLITE", TFLITE_LIB]
         return args + self.module_args
 
     def argv(self):

@@ -3,8 +3,6 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use libloading::Library;
-
 pub enum Status {}
 pub enum Graph {}
 pub enum Buffer {}
@@ -40,31 +38,7 @@ pub const TF_INT64: c_int = 9;
 pub const TF_BOOL: c_int = 10;
 pub const TF_UINT16: c_int = 17;
 
-macro_rules! api {
-    ($($field:ident = $sym:literal : fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
-        /// Function pointers resolved from the library; valid while `_lib` is alive (it never unloads).
-        pub struct Api {
-            _lib: Library,
-            $(pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
-        }
-
-        impl Api {
-            pub fn open(path: &str) -> Result<Api, String> {
-                // SAFETY: loading libtensorflow runs its static initialisers, which is what it is for;
-                // each symbol is then read with the C signature declared in tensorflow/c/*.h.
-                unsafe {
-                    let lib = Library::new(path).map_err(|e| e.to_string())?;
-                    $(let $field = *lib
-                        .get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(concat!($sym, "\0").as_bytes())
-                        .map_err(|e| format!("{}: {e}", $sym))?;)*
-                    Ok(Api { _lib: lib, $($field,)* })
-                }
-            }
-        }
-    };
-}
-
-api! {
+super::super::dl::dl_api! {
     version = "TF_Version": fn() -> *const c_char;
     new_status = "TF_NewStatus": fn() -> *mut Status;
     delete_status = "TF_DeleteStatus": fn(*mut Status);
