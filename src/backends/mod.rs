@@ -4,6 +4,8 @@
 mod dl;
 #[cfg(feature = "onnx")]
 pub mod onnx;
+#[cfg(feature = "onnx")]
+pub mod onnx_alloc;
 #[cfg(feature = "tensorflow")]
 pub mod tensorflow;
 #[cfg(feature = "tflite")]

@@ -10,7 +10,7 @@ use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 use parking_lot::Mutex;
 
-use super::{LibrarySlot, LoadOptions, LoadedModel};
+use super::{onnx_alloc, LibrarySlot, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -34,6 +34,7 @@ fn open(path: &str) -> Result<Runtime> {
         .with_name("redisai")
         .build()
         .map_err(|e| fail(e.to_string()))?;
+    super::onnx_alloc::register(&env, CONFIG.read().backend_memory_limit_mb).map_err(fail)?;
     let version = library_version(path).unwrap_or_else(|| "unknown".into());
     Ok(Runtime { env, version })
 }
@@ -124,6 +125,7 @@ impl OnnxModel {
     fn new_session(&self) -> Result<Session> {
         // Spinning thread-pool workers would steal cores from Redis itself between runs.
         let mut b = Session::builder(&self.runtime.env).map_err(backend_err)?;
+        b = b.with_env_allocators().map_err(backend_err)?;
         b = b.with_intra_op_spinning(false).map_err(backend_err)?;
         b = b.with_inter_op_spinning(false).map_err(backend_err)?;
         if self.intra > 0 {
@@ -138,7 +140,12 @@ impl OnnxModel {
                 .with_execution_providers([cuda])
                 .map_err(|_| Error::Generic("GPU requested but ONNX couldn't find CUDA".into()))?;
         }
-        b.commit_from_memory(&self.blob).map_err(backend_err)
+        let before = onnx_alloc::overruns();
+        let session = b.commit_from_memory(&self.blob).map_err(backend_err)?;
+        if onnx_alloc::overruns() > before {
+            return Err(Error::Plain(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
+        }
+        Ok(session)
     }
 }
 
@@ -168,9 +175,17 @@ impl LoadedModel for OnnxModel {
         let _watch = watchdog::watch(Instant::now() + limit, move || {
             let _ = stopper.terminate();
         });
+        let before = onnx_alloc::overruns();
         let result = session
             .run_with_options(values.as_slice(), &options)
             .map_err(backend_err)
+            .and_then(|outs| {
+                if onnx_alloc::overruns() > before {
+                    Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()))
+                } else {
+                    Ok(outs)
+                }
+            })
             .and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>());
         self.pool.lock().push(session);
         result

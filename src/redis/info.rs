@@ -42,6 +42,12 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
             raw::add_info_field_str(ctx, field, version);
         }
         if versions.iter().any(|(f, _)| *f == "onnxruntime_version") {
+            #[cfg(feature = "onnx")]
+            {
+                let (memory, accesses) = crate::backends::onnx_alloc::counters();
+                raw::add_info_field_long_long(ctx, "onnxruntime_memory", memory as i64);
+                raw::add_info_field_long_long(ctx, "onnxruntime_memory_access_num", accesses as i64);
+            }
             let sessions = crate::exec::queues().worker_count() as i64;
             raw::add_info_field_long_long(ctx, "onnxruntime_maximum_run_sessions_number", sessions);
         }

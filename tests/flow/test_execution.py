@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import MODULE_PATH, SERVER_BIN, RespError, _free_port, check_error_raw, raw_command, wait_for
+from conftest import MODULE_PATH, SERVER_BIN, RespError, _free_port, check_error, check_error_raw, raw_command, wait_for
 from onnx_models import (FLOAT_FMT, NOT_IN_TXN, ONNX_LIB, RawClient, ai_info, big_model, blob, get_tensor,
                          model_execute, modules_info, modules_sections, proc_cpu_seconds, set_tensor, store,
-                         weights)
+                         wait_until, weights)
 
 BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
 AI_SECTIONS = ["ai_versions", "ai_git", "ai_load_time_configs", "ai_backends_info", "ai_cpu"]
@@ -419,8 +419,6 @@ def test_modelstore_creates_device_queue(server):
     assert sessions(server) == 6
 
 
-@pytest.mark.xfail(strict=True, reason="documented deviation (docs/commands.md, INFO MODULES): ONNX Runtime keeps its "
-                   "own allocator, so the custom-allocator counters are not reported yet")
 def test_info_onnx_memory_counters(server):
     """§3.3/§3.5: ai_backends_info of ONNX has ai_onnxruntime_memory and ai_onnxruntime_memory_access_num
     (the custom allocator's counters), between the version and the sessions number."""
@@ -434,6 +432,38 @@ def test_info_onnx_memory_counters(server):
                     "ai_onnxruntime_maximum_run_sessions_number"], keys
     d = dict(backends)
     assert int(d["ai_onnxruntime_memory"]) >= 0 and int(d["ai_onnxruntime_memory_access_num"]) > 0
+    # a model with initializers: its weights go through the counting allocator (and Redis's used_memory)
+    before = int(d["ai_onnxruntime_memory"])
+    blob_, _, _ = big_model(n=256)
+    assert con.execute_command("AI.MODELSTORE", "big", "ONNX", "CPU", "BLOB", blob_) == b"OK"
+    held = int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
+    assert held - before >= 256 * 256 * 4, (before, held)
+    con.delete("big")
+    wait_until(lambda: int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
+               < held - 256 * 256 * 4)
+
+
+@pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "1")
+def test_backend_memory_limit(server):
+    """§3.3: BACKEND_MEMORY_LIMIT (MB) holds ONNX Runtime's memory: a run or a session that needs more fails with
+    RedisAI's error, and the server goes on serving (what fits still runs)."""
+    con = server.client()
+    fields = dict(dict(modules_sections(server))["ai_load_time_configs"])
+    assert fields["ai_backend_memory_limit"] == "1", fields
+    store(con, "m", "mul")
+    set_tensor(con, "small", np.ones((2, 2), dtype=np.float32))
+    set_tensor(con, "big", np.ones((600, 600), dtype=np.float32))  # 1.44 MB output
+    assert model_execute(con, "m", ["small", "small"], ["c"]) == b"OK"
+    check_error(con, "Onnxruntime memory limit exceeded, memory allocation failed.",
+                "AI.MODELEXECUTE", "m", "INPUTS", 2, "big", "big", "OUTPUTS", 1, "c2")
+    assert con.exists("c2") == 0
+    blob_, _, _ = big_model(n=600)  # 2 x 1.44 MB of initializers
+    check_error(con, "Exception during initialization: Onnxruntime memory limit exceeded, memory allocation failed.",
+                "AI.MODELSTORE", "bigm", "ONNX", "CPU", "BLOB", blob_)
+    assert con.exists("bigm") == 0
+    assert model_execute(con, "m", ["small", "small"], ["c"]) == b"OK"
+    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"1", b"1", b"1", b"1"]
+    assert int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"]) < 1_000_000
 
 
 @pytest.mark.module_args("THREADS_PER_QUEUE", "2")

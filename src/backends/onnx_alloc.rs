@@ -1,0 +1,138 @@
+//! ONNX Runtime's CPU memory through the module's allocator (Redis's, so it shows in `used_memory`), counted for
+//! INFO (`ai_onnxruntime_memory`, `ai_onnxruntime_memory_access_num`) and held to BACKEND_MEMORY_LIMIT, as
+//! RedisAI's custom allocator did. Registered on the environment once; sessions opt in with
+//! `session.use_env_allocators`.
+//!
+//! RedisAI's allocator threw a C++ exception past the limit. Rust cannot throw, and ONNX Runtime does not check
+//! for a null allocation (it crashes), so an allocation past the limit still succeeds and is counted as an
+//! overrun: the session creation or run during which the count grew then fails with RedisAI's error, and its
+//! memory is freed. The limit can thus be exceeded by what one call allocates, never for longer.
+
+use std::alloc::Layout;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ort::AsPointer;
+
+use ort::environment::Environment;
+use ort::sys::{OrtAllocator, OrtAllocatorType, OrtEnv, OrtMemType, OrtMemoryInfo, OrtStatusPtr};
+
+/// Bytes handed out and not yet freed.
+static MEMORY: AtomicU64 = AtomicU64::new(0);
+/// Allocations plus frees.
+static ACCESSES: AtomicU64 = AtomicU64::new(0);
+/// Allocations past BACKEND_MEMORY_LIMIT (a call during which this grew fails).
+static OVERRUNS: AtomicU64 = AtomicU64::new(0);
+/// BACKEND_MEMORY_LIMIT in bytes (0: none), fixed at load time.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// ONNX Runtime wants 64-byte aligned buffers; the size lives in the header before the returned pointer.
+const ALIGN: usize = 64;
+
+pub const LIMIT_ERROR: &str = "Onnxruntime memory limit exceeded, memory allocation failed.";
+
+#[repr(C)]
+struct CountingAllocator {
+    base: OrtAllocator,
+    info: *mut OrtMemoryInfo,
+}
+
+unsafe extern "system" fn alloc(_this: *mut OrtAllocator, size: usize) -> *mut c_void {
+    ACCESSES.fetch_add(1, Ordering::Relaxed);
+    let limit = LIMIT.load(Ordering::Relaxed);
+    if limit > 0 && MEMORY.load(Ordering::Relaxed).saturating_add(size as u64) > limit {
+        OVERRUNS.fetch_add(1, Ordering::Relaxed);
+    }
+    let Some(layout) = size.checked_add(ALIGN).and_then(|t| Layout::from_size_align(t, ALIGN).ok()) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: `layout` has a non-zero size; the header is ALIGN bytes, so the returned pointer stays aligned
+    // and the size is written inside the block, just before it.
+    unsafe {
+        let base = std::alloc::alloc(layout);
+        if base.is_null() {
+            return std::ptr::null_mut();
+        }
+        let user = base.add(ALIGN);
+        (user.sub(std::mem::size_of::<usize>()) as *mut usize).write(size);
+        MEMORY.fetch_add(size as u64, Ordering::Relaxed);
+        user.cast()
+    }
+}
+
+unsafe extern "system" fn free(_this: *mut OrtAllocator, p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    ACCESSES.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: `p` came from `alloc` above: the size sits just before it and the block starts ALIGN bytes
+    // earlier, allocated with this exact layout.
+    unsafe {
+        let user = p as *mut u8;
+        let size = (user.sub(std::mem::size_of::<usize>()) as *const usize).read();
+        MEMORY.fetch_sub(size as u64, Ordering::Relaxed);
+        std::alloc::dealloc(user.sub(ALIGN), Layout::from_size_align_unchecked(size + ALIGN, ALIGN));
+    }
+}
+
+unsafe extern "system" fn info(this: *const OrtAllocator) -> *const OrtMemoryInfo {
+    // SAFETY: `this` is the `base` field of a leaked CountingAllocator (repr(C), first field).
+    unsafe { (*(this as *const CountingAllocator)).info }
+}
+
+unsafe extern "system" fn reserve(this: *const OrtAllocator, size: usize) -> *mut c_void {
+    // SAFETY: same allocator; `alloc` does not use `this`.
+    unsafe { alloc(this as *mut OrtAllocator, size) }
+}
+
+fn status_text(OrtStatusPtr(status): OrtStatusPtr) -> Option<String> {
+    if status.is_null() {
+        return None;
+    }
+    let api = ort::api();
+    // SAFETY: a non-null status from the API; its message is copied before the status is released.
+    unsafe {
+        let text = CStr::from_ptr((api.GetErrorMessage)(status)).to_string_lossy().into_owned();
+        (api.ReleaseStatus)(status);
+        Some(text)
+    }
+}
+
+/// Registers the counting allocator on `env` (once per process, with the runtime) and fixes the limit.
+pub fn register(env: &Environment, limit_mb: u64) -> Result<(), String> {
+    LIMIT.store(limit_mb.saturating_mul(1_000_000), Ordering::Relaxed);
+    let api = ort::api();
+    let mut mem_info = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the memory info and the allocator are leaked on purpose: the
+    // environment keeps using them until the process exits.
+    unsafe {
+        let status = (api.CreateCpuMemoryInfo)(
+            OrtAllocatorType::OrtDeviceAllocator,
+            OrtMemType::OrtMemTypeDefault,
+            &mut mem_info,
+        );
+        if let Some(e) = status_text(status) {
+            return Err(e);
+        }
+        let mut base = OrtAllocator::default();
+        base.Alloc = Some(alloc);
+        base.Free = Some(free);
+        base.Info = Some(info);
+        base.Reserve = Some(reserve);
+        let allocator = Box::leak(Box::new(CountingAllocator { base, info: mem_info }));
+        match status_text((api.RegisterAllocator)(env.ptr() as *mut OrtEnv, &mut allocator.base)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `(ai_onnxruntime_memory, ai_onnxruntime_memory_access_num)`.
+pub fn counters() -> (u64, u64) {
+    (MEMORY.load(Ordering::Relaxed), ACCESSES.load(Ordering::Relaxed))
+}
+
+/// Allocations past the limit so far: a call during which this grew must fail with `LIMIT_ERROR`.
+pub fn overruns() -> u64 {
+    OVERRUNS.load(Ordering::Relaxed)
+}
