@@ -71,6 +71,35 @@ def redis_benchmark(port, clients, requests, *command):
     return float(r["rps"]), float(r["p50_latency_ms"]), float(r["p99_latency_ms"])
 
 
+def thread_cpu(pid):
+    """{thread name: CPU seconds} of every thread of `pid` (threads of one name summed)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except FileNotFoundError:
+            continue
+        name = head.split("(", 1)[1]
+        fields = rest.split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_per_request(server, requests, *command):
+    """redis_benchmark() plus the CPU microseconds per request of the server's main thread, of its other
+    threads (the module's workers), and of redis-benchmark itself (the load generator shares the cores)."""
+    before, child_before = thread_cpu(server.proc.pid), os.times()
+    result = redis_benchmark(server.port, 50, requests, *command)
+    after, child_after = thread_cpu(server.proc.pid), os.times()
+    main = after.get("redis-server", 0) - before.get("redis-server", 0)
+    others = sum(after.values()) - sum(before.values()) - main
+    client = (child_after.children_user + child_after.children_system
+              - child_before.children_user - child_before.children_system)
+    return result, tuple(1e6 * x / requests for x in (main, others, client))
+
+
 def bench_execute(requests):
     s = Server()
     try:
@@ -80,15 +109,23 @@ def bench_execute(requests):
         s.cli("AI.TENSORSET", "b", "FLOAT", "2", "2", "VALUES", "5", "6", "7", "8")
         assert s.cli("AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b", "OUTPUTS", "1", "c") == "OK"
         redis_benchmark(s.port, 50, requests // 10, "PING")  # warm-up
-        ping = redis_benchmark(s.port, 50, requests, "PING")
-        execute = redis_benchmark(s.port, 50, requests, "AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b", "OUTPUTS", "1", "c")
+        ping, ping_cpu = cpu_per_request(s, requests, "PING")
+        execute, exec_cpu = cpu_per_request(s, requests, "AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b", "OUTPUTS",
+                                            "1", "c")
     finally:
         s.stop()
     print("== tiny model (mul.onnx, 2x2) vs PING, 50 clients, %d requests each" % requests)
-    print("%-16s %12s %10s %10s" % ("command", "req/s", "p50 ms", "p99 ms"))
-    for name, (rps, p50, p99) in (("PING", ping), ("AI.MODELEXECUTE", execute)):
-        print("%-16s %12.0f %10.3f %10.3f" % (name, rps, p50, p99))
+    print("%-16s %12s %10s %10s %12s %12s %14s" % ("command", "req/s", "p50 ms", "p99 ms", "main us/req",
+                                                   "workers us/req", "client us/req"))
+    for name, (rps, p50, p99), cpu in (("PING", ping, ping_cpu), ("AI.MODELEXECUTE", execute, exec_cpu)):
+        print("%-16s %12.0f %10.3f %10.3f %12.2f %14.2f %14.2f" % (name, rps, p50, p99, *cpu))
     print("throughput ratio MODELEXECUTE/PING: %.3f (target >= 0.85)" % (execute[0] / ping[0]))
+    # With every core busy, throughput is cores / (CPU per request, all processes); the ratio cannot exceed
+    # PING's total over MODELEXECUTE's, whatever the scheduling.
+    cores = os.cpu_count() or 1
+    if cores <= 2:
+        print("CPU-bound ceiling on %d cores (PING CPU/req over MODELEXECUTE CPU/req, server + client): %.3f"
+              % (cores, sum(ping_cpu) / sum(exec_cpu)))
 
 
 def bench_idle(seconds):

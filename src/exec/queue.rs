@@ -1,9 +1,10 @@
 //! Device queues: a deque of run entries and a condition variable, served by N worker threads that
 //! sleep until work arrives (an idle module uses no CPU).
 
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -24,6 +25,47 @@ pub struct Queue {
     cv: Condvar,
     /// Each worker's CPU-time clock, in creation order (INFO's `ai_queue_<DEV>_bthread_n<i>_used_cpu_total`).
     clocks: Mutex<Vec<libc::clockid_t>>,
+    /// On the deferred list of the thread that pushed (see `defer_wakeups_on_this_thread`).
+    wake_pending: AtomicBool,
+}
+
+thread_local! {
+    static DEFER: Cell<bool> = const { Cell::new(false) };
+    static DEFERRED: RefCell<Vec<Arc<Queue>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// From now on, work pushed by the calling thread (Redis's main thread) wakes the workers only at
+/// `flush_wakeups`, which Redis calls before its event loop sleeps: one wake-up per queue and loop iteration
+/// instead of one per command (each wake-up is a futex call and, on a busy machine, a context switch of the
+/// main thread).
+pub fn defer_wakeups_on_this_thread() {
+    DEFER.with(|d| d.set(true));
+}
+
+/// Wakes the workers of every queue the calling thread pushed to since the last call.
+pub fn flush_wakeups() {
+    let queues = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+    for q in &queues {
+        q.wake_pending.store(false, Ordering::Release);
+        match q.len() {
+            0 => {}
+            1 => {
+                q.cv.notify_one();
+            }
+            _ => {
+                q.cv.notify_all();
+            }
+        }
+    }
+    // Keep the list's capacity for the next iteration.
+    DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_empty() {
+            let mut queues = queues;
+            queues.clear();
+            *d = queues;
+        }
+    });
 }
 
 /// The CPU-time clock of the calling thread.
@@ -42,15 +84,25 @@ fn cpu_time(clock: libc::clockid_t) -> Option<(i64, i64)> {
 
 impl Queue {
     /// Puts an entry that has not started (or that waited for inputs) at the back.
-    pub fn push_back(&self, e: Entry) {
+    pub fn push_back(self: &Arc<Self>, e: Entry) {
         self.deque.lock().push_back(e);
-        self.cv.notify_one();
+        self.signal();
     }
 
     /// Puts an entry that just made progress at the front, so its next op runs without waiting behind others.
-    pub fn push_front(&self, e: Entry) {
+    pub fn push_front(self: &Arc<Self>, e: Entry) {
         self.deque.lock().push_front(e);
-        self.cv.notify_one();
+        self.signal();
+    }
+
+    fn signal(self: &Arc<Self>) {
+        if DEFER.with(Cell::get) {
+            if !self.wake_pending.swap(true, Ordering::AcqRel) {
+                DEFERRED.with(|d| d.borrow_mut().push(self.clone()));
+            }
+        } else {
+            self.cv.notify_one();
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -189,6 +241,7 @@ impl Queues {
             deque: Mutex::new(VecDeque::new()),
             cv: Condvar::new(),
             clocks: Mutex::new(Vec::new()),
+            wake_pending: AtomicBool::new(false),
         });
         for i in 0..self.threads_per_queue {
             let worker = q.clone();

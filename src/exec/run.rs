@@ -139,7 +139,7 @@ impl Run {
     /// Wakes every parked entry (after progress, a failure or a timeout) by putting it back on its queue.
     fn wake(&self, parked: Vec<Entry>) {
         for e in parked {
-            self.queues[e.dev].clone().push_back(e);
+            self.queues[e.dev].push_back(e);
         }
     }
 }

@@ -136,7 +136,24 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     }
 
     raw::register_info_function(ctx, Some(info::info_func));
+    // Commands queue work without waking a worker each; the wake-ups go out once per event-loop iteration.
+    let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP as u64, dataver: 1 };
+    if raw::subscribe_to_server_event(ctx, event, Some(before_sleep)) == raw::Status::Ok {
+        crate::exec::queue::defer_wakeups_on_this_thread();
+    }
     raw::Status::Ok as c_int
+}
+
+/// Redis's event-loop hook (main thread): before it sleeps, wake the workers of the queues that got work.
+extern "C" fn before_sleep(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut std::ffi::c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP as u64 {
+        let _ = catch_unwind(crate::exec::queue::flush_wakeups);
+    }
 }
 
 /// The directory holding this module's shared object (RedisAI's default BACKENDSPATH is `<it>/backends`).
