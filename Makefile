@@ -44,12 +44,12 @@ MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
 PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB)
 
-.PHONY: help build run test bench fuzz lint clean fetch-backends venv
+.PHONY: help build run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
 	@grep -E '^[a-z][a-z-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | \
-	  awk -F':.*## ' '{ printf "  %-15s %s\n", $$1, $$2 }'
+	  awk -F':.*## ' '{ printf "  %-21s %s\n", $$1, $$2 }'
 	@echo "Variables: PORT=$(PORT) REDIS_SERVER_BIN=$(REDIS_SERVER_BIN) PYTEST_ARGS='$(PYTEST_ARGS)'"
 
 fetch-backends: ## Fetch backend libraries (ONNX Runtime, ...) into the cache
@@ -83,12 +83,38 @@ test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8
 	REDIS_SERVER=$$VALKEY91_SERVER scripts/run-pytest.sh "$$($$VALKEY91_SERVER --version)" \
 	  $(PYTEST_ARGS) $(MATRIX_TESTS)
 
-bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py)
+bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
 	$(PYTEST_ENV) $(PYTHON) bench/bench.py
+	$(PYTEST_ENV) $(PYTHON) bench/responsiveness.py
+
+bench-responsiveness: build venv ## PING latency while big models are stored/read and heavy models run (bench/responsiveness.py)
+	$(PYTEST_ENV) $(PYTHON) bench/responsiveness.py
 
 FUZZ_CASES ?= 200000
 fuzz: ## Property-test every parser and RDB decoder with FUZZ_CASES random inputs each (src/commands/fuzz.rs)
 	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release commands::fuzz
+
+# Reliability runs (tests/reliability). SEED=<n> repeats a run; each prints the seed it used.
+COMMANDS ?= 100000
+MINUTES ?= 10
+SEED_ARG = $(if $(SEED),--seed $(SEED))
+
+protofuzz: build venv ## COMMANDS (default 100000) random/malformed AI.* commands pipelined, every reply checked
+	$(PYTEST_ENV) $(PYTHON) tests/reliability/protocol_fuzz.py --commands $(COMMANDS) $(SEED_ARG)
+
+soak: build venv ## MINUTES (default 10) of mixed traffic with saves, deletions, disconnects; memory must come back
+	$(PYTEST_ENV) $(PYTHON) tests/reliability/soak.py --minutes $(MINUTES) $(SEED_ARG)
+
+# valgrind sees every allocation of a module built with the system allocator (the default build allocates
+# through Redis's jemalloc, and its over-aligned allocations rely on jemalloc's size classes).
+LEAKCHECK_DIR := target/leakcheck
+LEAKCHECK_MODULE ?= $(CURDIR)/$(LEAKCHECK_DIR)/release/libredisai.so
+
+leakcheck-build: fetch-backends ## Build the module with the system allocator into target/leakcheck (for leakcheck)
+	cargo build --release --features system-alloc --target-dir $(LEAKCHECK_DIR)
+
+leakcheck: venv $(if $(filter $(CURDIR)/$(LEAKCHECK_DIR)/%,$(LEAKCHECK_MODULE)),leakcheck-build) ## ~1.5 min ONNX workload under valgrind: fails on definite leaks or memory errors
+	$(PYTEST_ENV) REDISAI_MODULE=$(LEAKCHECK_MODULE) $(PYTHON) tests/reliability/leakcheck.py $(SEED_ARG)
 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --check

@@ -137,7 +137,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     raw::register_info_function(ctx, Some(info::info_func));
     // Commands queue work without waking a worker each; the wake-ups go out once per event-loop iteration.
-    let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP as u64, dataver: 1 };
+    let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
     if raw::subscribe_to_server_event(ctx, event, Some(before_sleep)) == raw::Status::Ok {
         crate::exec::queue::defer_wakeups_on_this_thread();
     }
@@ -151,7 +151,7 @@ extern "C" fn before_sleep(
     subevent: u64,
     _data: *mut std::ffi::c_void,
 ) {
-    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP as u64 {
+    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
         let _ = catch_unwind(crate::exec::queue::flush_wakeups);
     }
 }
