@@ -1,5 +1,6 @@
 //! AI.MODELSTORE / MODELSET / MODELGET / MODELEXECUTE / MODELRUN argument parsing (spec §1.5–1.8).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,8 +30,11 @@ fn non_negative(arg: Option<&&[u8]>, what: &str) -> Result<u64> {
         .ok_or_else(|| err(&format!("Invalid argument for {what}")))
 }
 
-/// Concatenates the BLOB chunks into one payload.
+/// Concatenates the BLOB chunks into one payload (one copy for the usual single chunk).
 fn concat(chunks: &[&[u8]]) -> Arc<[u8]> {
+    if let [one] = chunks {
+        return Arc::from(*one);
+    }
     let mut v = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
     for c in chunks {
         v.extend_from_slice(c);
@@ -161,25 +165,26 @@ pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
 }
 
 /// The reply of AI.MODELGET: META fields and/or the BLOB (an array of chunks once it reaches `chunk`).
-pub fn modelget_reply(
-    spec: &ModelSpec,
+pub fn modelget_reply<'a>(
+    spec: &'a ModelSpec,
     inputs: &[String],
     outputs: &[String],
     words: &[&[u8]],
     chunk: usize,
-) -> Reply<'static> {
+) -> Reply<'a> {
     let meta = words.iter().any(|w| is_keyword(w, "META"));
     let blob = words.iter().any(|w| is_keyword(w, "BLOB"));
     let (meta, blob) = if !meta && !blob { (true, true) } else { (meta, blob) };
     let blob_reply = || {
         let b = &spec.blob;
+        // Borrowed: the blob is copied once, into the client's reply buffer (a model can be hundreds of MB).
         if b.len() < chunk {
-            Reply::Bulk(b.to_vec().into())
+            Reply::Bulk(Cow::Borrowed(&b[..]))
         } else {
             // RedisAI's count: len / chunk + 1, the last chunk possibly empty.
             let n = b.len() / chunk + 1;
             Reply::Array(
-                (0..n).map(|i| Reply::Bulk(b[i * chunk..((i + 1) * chunk).min(b.len())].to_vec().into())).collect(),
+                (0..n).map(|i| Reply::Bulk(Cow::Borrowed(&b[i * chunk..((i + 1) * chunk).min(b.len())]))).collect(),
             )
         }
     };

@@ -136,5 +136,8 @@ extern "C" fn model_free(value: *mut c_void) {
         let value = unsafe { Box::from_raw(value as *mut ModelValue) };
         // AI.INFO forgets the key now, even if a finishing run still holds the model for a moment.
         stats::unregister(&value.stats);
+        if value.mem_usage() >= crate::exec::lazy_free::THRESHOLD {
+            crate::exec::lazy_free::drop_later(value);
+        }
     })
 }

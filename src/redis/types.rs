@@ -122,7 +122,12 @@ extern "C" fn tensor_mem_usage(value: *const c_void) -> usize {
 
 extern "C" fn tensor_free(value: *mut c_void) {
     // SAFETY: see `tensor_ref`; Redis calls free exactly once per value, after which it is never used.
-    guard("AI_TENSOR free", (), || drop(unsafe { Box::from_raw(value as *mut TensorValue) }))
+    guard("AI_TENSOR free", (), || {
+        let value = unsafe { Box::from_raw(value as *mut TensorValue) };
+        if value.mem_usage() >= crate::exec::lazy_free::THRESHOLD {
+            crate::exec::lazy_free::drop_later(value);
+        }
+    })
 }
 
 extern "C" fn tensor_copy(
