@@ -22,6 +22,8 @@ pub enum Error {
     InvalidShape,
     #[error("tensor size exceeds the limit of {MAX_TENSOR_BYTES} bytes")]
     TensorTooLarge,
+    #[error("tensor rank exceeds the limit of {} dimensions", crate::tensor::MAX_DIMS)]
+    TensorRankTooLarge,
     #[error("a single binary string should come after the BLOB argument in 'AI.TENSORSET' command")]
     BlobArgument,
     #[error("data length does not match tensor shape and type")]

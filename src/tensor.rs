@@ -95,6 +95,10 @@ impl DataType {
 /// Number of elements of `shape`, refusing products that overflow or whose payload would pass the size limit.
 /// Zero dimensions are allowed here (a backend may return an empty tensor); AI.TENSORSET refuses them itself.
 pub fn element_count(dtype: DataType, shape: &[i64]) -> Result<usize> {
+    // The RDB format (ours and RedisAI's loader) takes at most MAX_DIMS: a bigger rank would be unloadable.
+    if shape.len() > MAX_DIMS {
+        return Err(Error::TensorRankTooLarge);
+    }
     let mut count: u64 = 1;
     for &d in shape {
         if d < 0 {

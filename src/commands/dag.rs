@@ -150,6 +150,18 @@ fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Pars
 
 /// Parses a DAG command and plans it: LOADed tensors and TENSORSETs fill slots at once, every name an op
 /// writes gets a fresh slot (so reusing a name never clobbers a value an earlier op still reads).
+/// Most ops one DAG may have: parsing and planning run on Redis's main thread (100,000 ops take ~0.1 s).
+pub const MAX_DAG_OPS: usize = 100_000;
+
+/// Bytes the zero-filled TENSORSET ops of a DAG argv would allocate together (see `zero_filled_bytes`).
+pub fn dag_zero_filled_bytes(argv: &[&[u8]]) -> usize {
+    argv.split(|a| *a == SEP)
+        .skip(1)
+        .filter(|op| op.first().is_some_and(|w| is_keyword(w, "AI.TENSORSET")) && op.len() > 2)
+        .filter_map(|op| super::tensor::zero_filled_bytes(&op[2..]))
+        .fold(0usize, usize::saturating_add)
+}
+
 pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan> {
     if kind.deprecated() && argv.len() < 4 {
         return Err(Error::WrongArity(kind.name()));
@@ -215,6 +227,9 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
         return Err(err("DAG is empty"));
     }
     // argv[pos] is the first separator; every op follows one.
+    if argv[pos..].iter().filter(|a| **a == SEP).count() > MAX_DAG_OPS {
+        return Err(err(&format!("DAG has too many operations (the limit is {MAX_DAG_OPS})")));
+    }
     let mut parsed = Vec::new();
     for op in argv[pos + 1..].split(|a| *a == SEP) {
         if op.is_empty() {

@@ -30,16 +30,23 @@ fn non_negative(arg: Option<&&[u8]>, what: &str) -> Result<u64> {
         .ok_or_else(|| err(&format!("Invalid argument for {what}")))
 }
 
+/// Largest model payload (the chunks together): what the RDB and every backend can carry.
+pub const MAX_MODEL_BYTES: usize = 4 << 30;
+
 /// Concatenates the BLOB chunks into one payload (one copy for the usual single chunk).
-fn concat(chunks: &[&[u8]]) -> Arc<[u8]> {
-    if let [one] = chunks {
-        return Arc::from(*one);
+fn concat(chunks: &[&[u8]]) -> Result<Arc<[u8]>> {
+    let total: usize = chunks.iter().map(|c| c.len()).sum();
+    if total > MAX_MODEL_BYTES {
+        return Err(err(&format!("model payload exceeds the limit of {MAX_MODEL_BYTES} bytes")));
     }
-    let mut v = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
+    if let [one] = chunks {
+        return Ok(Arc::from(*one));
+    }
+    let mut v = Vec::with_capacity(total);
     for c in chunks {
         v.extend_from_slice(c);
     }
-    v.into()
+    Ok(v.into())
 }
 
 /// `AI.MODELSTORE <key> <backend> <device> [TAG t] [BATCHSIZE n [MINBATCHSIZE m [MINBATCHTIMEOUT t]]]
@@ -87,7 +94,7 @@ pub fn parse_modelstore(argv: &[&[u8]]) -> Result<ModelSpec> {
     if pos + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing model BLOB"));
     }
-    Ok(ModelSpec { backend, device, tag, batch, inputs, outputs, blob: concat(&argv[pos + 1..]) })
+    Ok(ModelSpec { backend, device, tag, batch, inputs, outputs, blob: concat(&argv[pos + 1..])? })
 }
 
 /// `INPUTS <n> <name>...` / `OUTPUTS <n> <name>...` of a TF MODELSTORE.
@@ -161,7 +168,7 @@ pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
     if blob_at + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing model BLOB"));
     }
-    Ok(ModelSpec { backend, device, tag, batch, inputs, outputs, blob: concat(&argv[blob_at + 1..]) })
+    Ok(ModelSpec { backend, device, tag, batch, inputs, outputs, blob: concat(&argv[blob_at + 1..])? })
 }
 
 /// The reply of AI.MODELGET: META fields and/or the BLOB (an array of chunks once it reaches `chunk`).
@@ -332,6 +339,16 @@ mod tests {
     use super::*;
 
     use crate::commands::words;
+
+    #[test]
+    fn model_payload_limit() {
+        // 4097 references to one 1 MiB chunk: refused before anything is copied.
+        let chunk = vec![0u8; 1 << 20];
+        let mut argv: Vec<&[u8]> = words("AI.MODELSTORE m ONNX CPU BLOB");
+        argv.extend(std::iter::repeat_n(&chunk[..], 4097));
+        let e = parse_modelstore(&argv).unwrap_err().reply_text();
+        assert_eq!(e, "ERR model payload exceeds the limit of 4294967296 bytes");
+    }
 
     #[test]
     fn modelstore_checks_in_order() {

@@ -13,6 +13,18 @@ pub fn parse_tensorset(argv: &[&[u8]]) -> Result<Tensor> {
     parse_tensor_args(&argv[2..])
 }
 
+/// Bytes a zero-filled `<type> <dim>...` (no BLOB/VALUES) would allocate, if its shape is valid: a request of a
+/// few bytes that may ask for gigabytes, so the handler checks it against maxmemory first.
+pub fn zero_filled_bytes(args: &[&[u8]]) -> Option<usize> {
+    let (dtype, dims) = args.split_first()?;
+    if dims.iter().any(|a| is_keyword(a, "BLOB") || is_keyword(a, "VALUES")) {
+        return None;
+    }
+    let dtype = DataType::parse(dtype).ok()?;
+    let shape = dims.iter().map(|d| parse_i64(d)).collect::<Option<Vec<i64>>>()?;
+    crate::tensor::element_count(dtype, &shape).ok().map(|n| n * dtype.elem_size())
+}
+
 /// `<type> <dim>... [BLOB <data> | VALUES <v>...]`: shared with the TENSORSET op of a DAG.
 pub fn parse_tensor_args(args: &[&[u8]]) -> Result<Tensor> {
     let dtype = DataType::parse(args[0])?;

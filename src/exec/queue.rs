@@ -211,6 +211,9 @@ fn take_work(q: &mut VecDeque<Entry>, now: Instant) -> (Option<Work>, Option<Ins
     (None, wake_at)
 }
 
+/// Most distinct device queues (`CPU`, `CPU:1`, `GPU:0` … each is one).
+pub const MAX_QUEUES: usize = 128;
+
 /// All device queues, created on first use.
 pub struct Queues {
     threads_per_queue: usize,
@@ -227,7 +230,8 @@ impl Queues {
         }
     }
 
-    /// The queue of `device` (upper-cased device string), starting its workers if it is new.
+    /// The queue of `device` (upper-cased device string), starting its workers if it is new. Queues live
+    /// as long as the module, so their number is capped (each has THREADS_PER_QUEUE threads).
     pub fn get(&self, device: &str) -> std::io::Result<Arc<Queue>> {
         if let Some(q) = self.map.read().get(device) {
             return Ok(q.clone());
@@ -235,6 +239,9 @@ impl Queues {
         let mut map = self.map.write();
         if let Some(q) = map.get(device) {
             return Ok(q.clone());
+        }
+        if map.len() >= MAX_QUEUES {
+            return Err(std::io::Error::other("too many device queues"));
         }
         let q = Arc::new(Queue {
             name: device.to_string(),

@@ -5,6 +5,7 @@ pub mod handlers;
 pub mod info;
 pub mod io;
 pub mod keyspace;
+pub mod memory;
 pub mod model_type;
 pub mod module;
 pub mod reply;

@@ -6,7 +6,7 @@ use redis_module::raw;
 
 use super::persist::write_outputs;
 use super::Cmd;
-use crate::commands::dag::{parse_dag, DagKind, Resolver};
+use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind, Resolver};
 use crate::commands::tensor::tensor_reply;
 use crate::error::{Error, Result};
 use crate::exec::dag::ReplyItem;
@@ -52,6 +52,7 @@ pub fn dagrun_ro(c: &Cmd) -> Result<()> {
 
 fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
+    crate::redis::memory::check_room(c.ctx, dag_zero_filled_bytes(&c.args))?;
     let mut plan = parse_dag(&c.args, kind, &Keyspace(c.ctx))?;
     plan.db = c.db();
     for op in &plan.ops {

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::Cmd;
-use crate::commands::tensor::{check_tensorget_arity, parse_tensorget_format, parse_tensorset, tensor_reply};
+use crate::commands::tensor::{
+    check_tensorget_arity, parse_tensorget_format, parse_tensorset, tensor_reply, zero_filled_bytes,
+};
 use crate::error::{Error, Result};
 use crate::redis::keyspace::Key;
 use crate::redis::types::{TensorValue, TENSOR_TYPE};
@@ -15,6 +17,7 @@ pub fn tensorset(c: &Cmd) -> Result<()> {
     }
     let key = Key::open(c.ctx, c.raw[1], true);
     key.check_type(&TENSOR_TYPE)?;
+    crate::redis::memory::check_room(c.ctx, zero_filled_bytes(&c.args[2..]).unwrap_or(0))?;
     let tensor = parse_tensorset(&c.args)?;
     key.set::<TensorValue>(&TENSOR_TYPE, Arc::new(tensor))?;
     c.replicate_verbatim();
