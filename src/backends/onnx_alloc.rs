@@ -26,8 +26,17 @@ static OVERRUNS: AtomicU64 = AtomicU64::new(0);
 /// BACKEND_MEMORY_LIMIT in bytes (0: none), fixed at load time.
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 
-/// ONNX Runtime wants 64-byte aligned buffers; the size lives in the header before the returned pointer.
+/// ONNX Runtime wants 64-byte aligned buffers (its AVX kernels fault otherwise). The global allocator only
+/// promises small alignments (Redis's `RedisModule_Alloc` rounds sizes, jemalloc's size classes happen to
+/// align them, a libc malloc or valgrind does not), so blocks are over-allocated and aligned here; the two
+/// words before the returned pointer hold the requested size and the distance back to the block's start.
 const ALIGN: usize = 64;
+const SLACK: usize = 2 * ALIGN;
+const HEADER: usize = 2 * std::mem::size_of::<usize>();
+
+fn block_layout(size: usize) -> Option<Layout> {
+    size.checked_add(SLACK).and_then(|t| Layout::from_size_align(t, std::mem::align_of::<usize>()).ok())
+}
 
 pub const LIMIT_ERROR: &str = "Onnxruntime memory limit exceeded, memory allocation failed.";
 
@@ -43,18 +52,21 @@ unsafe extern "system" fn alloc(_this: *mut OrtAllocator, size: usize) -> *mut c
     if limit > 0 && MEMORY.load(Ordering::Relaxed).saturating_add(size as u64) > limit {
         OVERRUNS.fetch_add(1, Ordering::Relaxed);
     }
-    let Some(layout) = size.checked_add(ALIGN).and_then(|t| Layout::from_size_align(t, ALIGN).ok()) else {
+    let Some(layout) = block_layout(size) else {
         return std::ptr::null_mut();
     };
-    // SAFETY: `layout` has a non-zero size; the header is ALIGN bytes, so the returned pointer stays aligned
-    // and the size is written inside the block, just before it.
+    // SAFETY: `layout` has a non-zero size. The returned pointer is the first ALIGN boundary at least HEADER
+    // bytes into the block, so it is at most HEADER + ALIGN - 1 < SLACK bytes in, and `size` bytes fit after
+    // it; the two header words sit inside the block, word-aligned.
     unsafe {
         let base = std::alloc::alloc(layout);
         if base.is_null() {
             return std::ptr::null_mut();
         }
-        let user = base.add(ALIGN);
+        let offset = (ALIGN - (base as usize + HEADER) % ALIGN) % ALIGN + HEADER;
+        let user = base.add(offset);
         (user.sub(std::mem::size_of::<usize>()) as *mut usize).write(size);
+        (user.sub(HEADER) as *mut usize).write(offset);
         MEMORY.fetch_add(size as u64, Ordering::Relaxed);
         user.cast()
     }
@@ -65,13 +77,16 @@ unsafe extern "system" fn free(_this: *mut OrtAllocator, p: *mut c_void) {
         return;
     }
     ACCESSES.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: `p` came from `alloc` above: the size sits just before it and the block starts ALIGN bytes
-    // earlier, allocated with this exact layout.
+    // SAFETY: `p` came from `alloc` above: its header words give the size and the block's start, which was
+    // allocated with `block_layout(size)`.
     unsafe {
         let user = p as *mut u8;
         let size = (user.sub(std::mem::size_of::<usize>()) as *const usize).read();
+        let offset = (user.sub(HEADER) as *const usize).read();
         MEMORY.fetch_sub(size as u64, Ordering::Relaxed);
-        std::alloc::dealloc(user.sub(ALIGN), Layout::from_size_align_unchecked(size + ALIGN, ALIGN));
+        if let Some(layout) = block_layout(size) {
+            std::alloc::dealloc(user.sub(offset), layout);
+        }
     }
 }
 
@@ -135,4 +150,31 @@ pub fn counters() -> (u64, u64) {
 /// Allocations past the limit so far: a call during which this grew must fail with `LIMIT_ERROR`.
 pub fn overruns() -> u64 {
     OVERRUNS.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_aligned_and_counted() {
+        let before = counters().0;
+        // SAFETY: alloc/free do not use their allocator argument; each block is freed once.
+        let blocks: Vec<(*mut c_void, usize)> = (0..200)
+            .map(|i| {
+                let size = 1 + i * 37;
+                (unsafe { alloc(std::ptr::null_mut(), size) }, size)
+            })
+            .collect();
+        for &(p, size) in &blocks {
+            assert!(!p.is_null());
+            assert_eq!(p as usize % ALIGN, 0);
+            // the whole block is writable
+            unsafe { std::ptr::write_bytes(p as *mut u8, 0xab, size) };
+        }
+        assert!(counters().0 >= before + blocks.iter().map(|b| b.1 as u64).sum::<u64>());
+        for (p, _) in blocks {
+            unsafe { free(std::ptr::null_mut(), p) };
+        }
+    }
 }

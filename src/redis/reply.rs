@@ -36,8 +36,16 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, r: &Reply) {
 }
 
 /// An error reply on one line (RESP cannot carry newlines in errors; backends' messages may have them).
+/// Sent with RedisModule_ReplyWithError itself: redis-module's wrapper cuts every character to one byte
+/// (mangling non-ASCII text, and panicking on a character whose low byte is 0, such as U+0100).
 pub fn error(ctx: *mut raw::RedisModuleCtx, text: &str) {
     let one_line: String = text.chars().map(|c| if c == '\r' || c == '\n' || c == '\0' { ' ' } else { c }).collect();
     let c = CString::new(one_line).unwrap_or_default();
-    raw::reply_with_error(ctx, c.as_ptr());
+    // SAFETY: ctx is the context of the command or reply callback being answered; `c` is NUL-terminated
+    // and outlives the call (Redis copies it).
+    unsafe {
+        if let Some(reply) = raw::RedisModule_ReplyWithError {
+            reply(ctx, c.as_ptr());
+        }
+    }
 }
