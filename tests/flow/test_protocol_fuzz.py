@@ -6,7 +6,7 @@ model stored before the fuzz still computes right. PROTOFUZZ_SEED (default fixed
 import os
 import sys
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, raw_command
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reliability"))
 
@@ -24,3 +24,14 @@ def test_protocol_fuzz(make_server):
     assert not problems, f"seed {SEED}:\n" + "\n".join(problems)
     assert stats.sent == COMMANDS
     assert sum(stats.kinds.values()) == COMMANDS
+
+
+def test_non_ascii_in_error_texts(make_server):
+    """Error texts that echo client input keep its bytes (UTF-8): a character whose low byte is 0 (U+0100)
+    once made the reply path panic, and others were cut to one byte each (both found by the fuzz)."""
+    server = make_server()
+    assert raw_command(server.port, "AI.TENSORSET", "t", "FLOAT", 1, "VALUES", 1) == "OK"
+    for word in ("Ā", "é€", "ĀxȀ"):
+        reply = raw_command(server.port, "AI.DAGEXECUTE", "ROUTING", "k", word, "|>", "AI.TENSORGET", "t")
+        assert reply == f"ERR Invalid DAG command. Unexpected argument:  {word}", reply
+    assert "panic" not in server.log()
