@@ -436,6 +436,19 @@ mod tests {
         f64::from_le_bytes(t.data().try_into().unwrap())
     }
 
+    /// An ONNX-kind spec on `device` (the fake backend ignores everything else).
+    fn spec(device: &str) -> ModelSpec {
+        ModelSpec {
+            backend: BackendKind::Onnx,
+            device: Device::parse(device.as_bytes()).unwrap(),
+            tag: vec![],
+            batch: BatchOpts::default(),
+            inputs: vec![],
+            outputs: vec![],
+            blob: Vec::new().into(),
+        }
+    }
+
     struct Rng(u64);
     impl Rng {
         fn next(&mut self, n: usize) -> usize {
@@ -467,15 +480,6 @@ mod tests {
                 any_fail |= fail;
                 let counter = Arc::new(AtomicUsize::new(0));
                 let dev = devices[rng.next(devices.len())];
-                let spec = ModelSpec {
-                    backend: BackendKind::Onnx,
-                    device: Device::parse(dev.as_bytes()).unwrap(),
-                    tag: vec![],
-                    batch: BatchOpts::default(),
-                    inputs: vec![],
-                    outputs: vec![],
-                    blob: Vec::new().into(),
-                };
                 let fake = Fake {
                     names: vec!["x".into(); k],
                     outputs: vec!["y".into()],
@@ -483,7 +487,7 @@ mod tests {
                     fail,
                     delay: Duration::from_micros(50),
                 };
-                let model = Arc::new(Model::with_handle(b"m", spec, Ok(Box::new(fake))));
+                let model = Arc::new(Model::with_handle(b"m", spec(dev), Ok(Box::new(fake))));
                 let out = plan.new_slot();
                 let v = inputs.iter().map(|&i| expected[i]).sum::<Option<f64>>().filter(|_| !fail).map(|s| s + 1.0);
                 expected.push(v);
@@ -535,15 +539,6 @@ mod tests {
     fn timeout_replies_once_and_skips_waiting_ops() {
         let queues = Queues::new(1);
         let slow = Arc::new(AtomicUsize::new(0));
-        let spec = |d: &str| ModelSpec {
-            backend: BackendKind::Onnx,
-            device: Device::parse(d.as_bytes()).unwrap(),
-            tag: vec![],
-            batch: BatchOpts::default(),
-            inputs: vec![],
-            outputs: vec![],
-            blob: Vec::new().into(),
-        };
         let fake = |runs: &Arc<AtomicUsize>| Fake {
             names: vec!["x".into()],
             outputs: vec!["y".into()],
@@ -570,15 +565,6 @@ mod tests {
     #[test]
     fn consumer_of_a_failing_producer_on_another_device_replies() {
         let queues = Queues::new(1);
-        let spec = |d: &str| ModelSpec {
-            backend: BackendKind::Onnx,
-            device: Device::parse(d.as_bytes()).unwrap(),
-            tag: vec![],
-            batch: BatchOpts::default(),
-            inputs: vec![],
-            outputs: vec![],
-            blob: Vec::new().into(),
-        };
         let model = |d: &str, fail: bool| {
             let fake = Fake {
                 names: vec!["x".into()],
