@@ -10,8 +10,8 @@ the latency distribution is printed for each scenario:
   heavy on all    --clients client processes run heavy.onnx (tests/data, batch --heavy-batch) in a loop on a
   cores           server with THREADS_PER_QUEUE = number of cores
 
-Target: p99 < 5 ms in every scenario. Every load runs in its own process, so the PING client measures the
-server, not the Python GIL. The last column adds the longest main-thread stretches Redis's latency monitor
+Target: p99 < 5 ms in every module scenario (the SET/GET baselines show what Redis itself does). Every load
+runs in its own process, so the PING client measures the server, not the Python GIL. The last column adds the longest main-thread stretches Redis's latency monitor
 recorded (on a machine with few cores, CPU contention lengthens them too).
 """
 import argparse
@@ -257,8 +257,9 @@ def main():
     for name, st, load in rows:
         print("%-26s %6d %8.3f %8.3f %8.3f %8.3f %6d  %s" % (name, st["n"], st["p50"], st["p99"], st["p999"],
                                                          st["max"], st["over5"], load))
-        ok &= st["p99"] < TARGET_P99_MS
-    print(f"p99 < {TARGET_P99_MS:g} ms in every scenario: {'met' if ok else 'NOT met'}")
+        if not name.startswith("baseline"):  # Redis's own SET/GET: the reference, not the target
+            ok &= st["p99"] < TARGET_P99_MS
+    print(f"p99 < {TARGET_P99_MS:g} ms in every module scenario: {'met' if ok else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -33,25 +33,44 @@ fn non_negative(arg: Option<&&[u8]>, what: &str) -> Result<u64> {
 /// Largest model payload (the chunks together): what the RDB and every backend can carry.
 pub const MAX_MODEL_BYTES: usize = 4 << 30;
 
-/// Concatenates the BLOB chunks into one payload (one copy for the usual single chunk).
-fn concat(chunks: &[&[u8]]) -> Result<Arc<[u8]>> {
-    let total: usize = chunks.iter().map(|c| c.len()).sum();
+/// The payload's chunks `argv[first..]`, refused above MAX_MODEL_BYTES together.
+fn payload_at(argv: &[&[u8]], first: usize) -> Result<usize> {
+    let total: usize = argv[first..].iter().map(|c| c.len()).sum();
     if total > MAX_MODEL_BYTES {
         return Err(err(&format!("model payload exceeds the limit of {MAX_MODEL_BYTES} bytes")));
     }
+    Ok(first)
+}
+
+/// Concatenates the BLOB chunks into one payload (one copy for the usual single chunk). The command handler
+/// does this on the build thread, so that a big model is not copied on Redis's main thread.
+pub fn concat(chunks: &[&[u8]]) -> Arc<[u8]> {
     if let [one] = chunks {
-        return Ok(Arc::from(*one));
+        return Arc::from(*one);
     }
-    let mut v = Vec::with_capacity(total);
+    let mut v = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
     for c in chunks {
         v.extend_from_slice(c);
     }
-    Ok(v.into())
+    v.into()
+}
+
+/// AI.MODELSTORE parsed, payload included.
+pub fn parse_modelstore(argv: &[&[u8]]) -> Result<ModelSpec> {
+    let (spec, first) = parse_modelstore_head(argv)?;
+    Ok(ModelSpec { blob: concat(&argv[first..]), ..spec })
+}
+
+/// AI.MODELSET parsed, payload included.
+pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
+    let (spec, first) = parse_modelset_head(argv)?;
+    Ok(ModelSpec { blob: concat(&argv[first..]), ..spec })
 }
 
 /// `AI.MODELSTORE <key> <backend> <device> [TAG t] [BATCHSIZE n [MINBATCHSIZE m [MINBATCHTIMEOUT t]]]
-/// [INPUTS n ... OUTPUTS n ...] BLOB <chunk>...`, checked in RedisAI's order.
-pub fn parse_modelstore(argv: &[&[u8]]) -> Result<ModelSpec> {
+/// [INPUTS n ... OUTPUTS n ...] BLOB <chunk>...`, checked in RedisAI's order: the spec with an empty payload,
+/// and where the payload's chunks start in `argv`.
+pub fn parse_modelstore_head(argv: &[&[u8]]) -> Result<(ModelSpec, usize)> {
     if argv.len() < 6 {
         return Err(Error::WrongArity("AI.MODELSTORE"));
     }
@@ -94,7 +113,8 @@ pub fn parse_modelstore(argv: &[&[u8]]) -> Result<ModelSpec> {
     if pos + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing model BLOB"));
     }
-    Ok(ModelSpec { backend, device, tag, batch, inputs, outputs, blob: concat(&argv[pos + 1..])? })
+    let blob = Arc::from(&[][..]);
+    Ok((ModelSpec { backend, device, tag, batch, inputs, outputs, blob }, payload_at(argv, pos + 1)?))
 }
 
 /// `INPUTS <n> <name>...` / `OUTPUTS <n> <name>...` of a TF MODELSTORE.
@@ -119,8 +139,9 @@ const MODELSET_KEYWORDS: [&str; 7] =
     ["TAG", "BATCHSIZE", "MINBATCHSIZE", "MINBATCHTIMEOUT", "INPUTS", "OUTPUTS", "BLOB"];
 
 /// Deprecated `AI.MODELSET <key> <backend> <device> [TAG t] [BATCHSIZE n [MINBATCHSIZE m [MINBATCHTIMEOUT t]]]
-/// [INPUTS name... OUTPUTS name...] BLOB <chunk>...` (no counts; INPUTS/OUTPUTS only matter for TF).
-pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
+/// [INPUTS name... OUTPUTS name...] BLOB <chunk>...` (no counts; INPUTS/OUTPUTS only matter for TF): as
+/// `parse_modelstore_head`.
+pub fn parse_modelset_head(argv: &[&[u8]]) -> Result<(ModelSpec, usize)> {
     if argv.len() < 4 {
         return Err(Error::WrongArity("AI.MODELSET"));
     }
@@ -168,7 +189,8 @@ pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
     if blob_at + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing model BLOB"));
     }
-    Ok(ModelSpec { backend, device, tag, batch, inputs, outputs, blob: concat(&argv[blob_at + 1..])? })
+    let blob = Arc::from(&[][..]);
+    Ok((ModelSpec { backend, device, tag, batch, inputs, outputs, blob }, payload_at(argv, blob_at + 1)?))
 }
 
 /// The reply of AI.MODELGET: META fields and/or the BLOB (an array of chunks once it reaches `chunk`).

@@ -45,6 +45,7 @@ impl Drop for OwnedStrings {
     }
 }
 
-// SAFETY: the strings are only created, used and freed on the main thread; they merely travel through
-// worker threads inside completions that are run or dropped on the main thread.
+// SAFETY: the strings are only created, retained and freed on the main thread; they travel through worker
+// threads inside completions that are run or dropped on the main thread (a build thread only reads the bytes
+// of retained argv strings, see `handlers::shared::ArgBytes`).
 unsafe impl Send for OwnedStrings {}

@@ -7,14 +7,14 @@ use redis_module::raw;
 use super::shared::{ensure_queue, reply_single_op, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
-    modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset, parse_modelstore, ExecuteArgs,
+    concat, modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset_head, parse_modelstore_head, ExecuteArgs,
 };
 use crate::config::CONFIG;
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
 use crate::exec::queues;
 use crate::exec::run::Run;
-use crate::model::Model;
+use crate::model::{Model, ModelSpec};
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
 use crate::redis::model_type::{ModelValue, MODEL_TYPE};
@@ -23,13 +23,18 @@ use crate::reply::Reply;
 use crate::stats;
 
 pub fn modelstore(c: &Cmd) -> Result<()> {
-    let spec = parse_modelstore(&c.args)?;
-    store_in_background(c, "model", move |key| Model::build(key, spec), commit_model)
+    let (spec, payload) = parse_modelstore_head(&c.args)?;
+    store_in_background(c, "model", move |key, args| build_model(key, spec, &args[payload..]), commit_model)
 }
 
 pub fn modelset(c: &Cmd) -> Result<()> {
-    let spec = parse_modelset(&c.args)?;
-    store_in_background(c, "model", move |key| Model::build(key, spec), commit_model)
+    let (spec, payload) = parse_modelset_head(&c.args)?;
+    store_in_background(c, "model", move |key, args| build_model(key, spec, &args[payload..]), commit_model)
+}
+
+/// On the build thread: the payload is joined here, not on the main thread (a model can be hundreds of MB).
+fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]]) -> Result<Model> {
+    Model::build(key, ModelSpec { blob: concat(chunks), ..spec })
 }
 
 fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Result<()> {

@@ -23,12 +23,12 @@ use crate::stats;
 
 pub fn scriptstore(c: &Cmd) -> Result<()> {
     let spec = parse_scriptstore(&c.args)?;
-    store_in_background(c, "script", move |key| Script::build(key, spec), commit_script)
+    store_in_background(c, "script", move |key, _| Script::build(key, spec), commit_script)
 }
 
 pub fn scriptset(c: &Cmd) -> Result<()> {
     let spec = parse_scriptset(&c.args)?;
-    store_in_background(c, "script", move |key| Script::build(key, spec), commit_script)
+    store_in_background(c, "script", move |key, _| Script::build(key, spec), commit_script)
 }
 
 fn commit_script(ctx: *mut raw::RedisModuleCtx, key: &[u8], script: Script) -> Result<()> {

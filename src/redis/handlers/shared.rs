@@ -19,24 +19,50 @@ use crate::reply::Reply;
 /// replicated as the client sent it.
 pub type Commit<V> = fn(*mut raw::RedisModuleCtx, &[u8], V) -> Result<()>;
 
-/// Runs `build` on a background thread while only this client waits, then `commit`s on the main thread.
-/// Inside MULTI or Lua nothing may block, so it is built inline there, as RedisAI always did.
+/// Where the command's argument bytes are, captured on the main thread, so that the build thread can read
+/// them (a model's payload is copied there, not on the main thread).
+struct ArgBytes(Vec<(*const u8, usize)>);
+
+// SAFETY: the pointers are only read, by the job that also owns the retained argv strings (`OwnedStrings`),
+// which keep every buffer alive; Redis never changes an argv string's bytes once the command has run.
+unsafe impl Send for ArgBytes {}
+
+impl ArgBytes {
+    fn of(args: &[&[u8]]) -> ArgBytes {
+        ArgBytes(args.iter().map(|a| (a.as_ptr(), a.len())).collect())
+    }
+
+    /// # Safety
+    /// The strings these bytes belong to must still be retained.
+    unsafe fn slices(&self) -> Vec<&[u8]> {
+        // SAFETY: see the caller's contract: each (pointer, length) is a live, unchanged argv buffer.
+        self.0.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect()
+    }
+}
+
+/// Runs `build` (given the key and the command's arguments) on a background thread while only this client
+/// waits, then `commit`s on the main thread. Inside MULTI or Lua nothing may block, so it is built inline
+/// there, as RedisAI always did.
 pub fn store_in_background<V: Send + 'static>(
     c: &Cmd,
     what: &'static str,
-    build: impl FnOnce(&[u8]) -> Result<V> + Send + 'static,
+    build: impl FnOnce(&[u8], &[&[u8]]) -> Result<V> + Send + 'static,
     commit: Commit<V>,
 ) -> Result<()> {
     let key = c.args[1].to_vec();
     let argv = OwnedStrings::retain(c.raw);
     if Blocked::check_can_block(c.ctx).is_err() {
-        finish_store(c.ctx, &key, build(&key), commit, argv);
+        finish_store(c.ctx, &key, build(&key, &c.args), commit, argv);
         return Ok(());
     }
     let blocked = Blocked::new(c.ctx)?;
+    let bytes = ArgBytes::of(&c.args);
     let job = move || {
-        let built = catch_unwind(AssertUnwindSafe(|| build(&key)))
+        // SAFETY: `argv`, moved into this job with `bytes`, retains every string until `finish_store`.
+        let args = unsafe { bytes.slices() };
+        let built = catch_unwind(AssertUnwindSafe(|| build(&key, &args)))
             .unwrap_or_else(|_| Err(Error::Generic(format!("internal error while building the {what}"))));
+        drop(args);
         blocked.complete(move |ctx| finish_store(ctx, &key, built, commit, argv));
     };
     std::thread::Builder::new()
