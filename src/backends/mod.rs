@@ -125,6 +125,41 @@ pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
     }
 }
 
+/// RedisAI's check of the number of inputs a model got.
+pub fn check_input_count(expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::Generic(format!("Expected {expected} inputs but got {got}")))
+    }
+}
+
+/// Backend objects that serve one run at a time (ONNX Runtime sessions, LiteRT compiled models): a run takes
+/// a free one, or makes one if none is free, and gives it back afterwards, so that workers run in parallel.
+pub struct Pool<T>(parking_lot::Mutex<Vec<T>>);
+
+impl<T> Pool<T> {
+    pub fn new(first: Option<T>) -> Pool<T> {
+        Pool(parking_lot::Mutex::new(first.into_iter().collect()))
+    }
+
+    pub fn give(&self, item: T) {
+        self.0.lock().push(item);
+    }
+
+    /// `run` with a free object (`make` one when none is free).
+    pub fn with<R>(&self, make: impl FnOnce() -> Result<T>, run: impl FnOnce(&mut T) -> R) -> Result<R> {
+        let pooled = self.0.lock().pop();
+        let mut item = match pooled {
+            Some(item) => item,
+            None => make()?,
+        };
+        let result = run(&mut item);
+        self.give(item);
+        Ok(result)
+    }
+}
+
 /// A backend library, opened once: at first use (from the load-time path or a default) or by
 /// `AI.CONFIG LOADBACKEND`. A failed open leaves the slot empty, so a later attempt may succeed.
 pub struct LibrarySlot<T> {

@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use ort::environment::Environment;
 use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
-use parking_lot::Mutex;
 
-use super::{onnx_alloc, LibrarySlot, LoadOptions, LoadedModel};
+use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Pool};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -95,7 +94,7 @@ pub struct OnnxModel {
     inputs: Vec<String>,
     outputs: Vec<String>,
     /// `Session::run` needs `&mut`: each concurrent run takes a session from here (or makes one).
-    pool: Mutex<Vec<Session>>,
+    pool: Pool<Session>,
 }
 
 pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
@@ -112,12 +111,12 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
         gpu,
         inputs: Vec::new(),
         outputs: Vec::new(),
-        pool: Mutex::new(Vec::new()),
+        pool: Pool::new(None),
     };
     let session = m.new_session()?;
     m.inputs = session.inputs().iter().map(|o| o.name().to_string()).collect();
     m.outputs = session.outputs().iter().map(|o| o.name().to_string()).collect();
-    m.pool.lock().push(session);
+    m.pool.give(session);
     Ok(Box::new(m))
 }
 
@@ -158,16 +157,15 @@ impl LoadedModel for OnnxModel {
     }
 
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        if inputs.len() != self.inputs.len() {
-            return Err(Error::Generic(format!("Expected {} inputs but got {}", self.inputs.len(), inputs.len())));
-        }
+        check_input_count(self.inputs.len(), inputs.len())?;
         let values: Vec<SessionInputValue> =
             inputs.iter().map(|t| to_value(t).map(SessionInputValue::from)).collect::<Result<_>>()?;
-        let pooled = self.pool.lock().pop();
-        let mut session = match pooled {
-            Some(s) => s,
-            None => self.new_session()?,
-        };
+        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values))?
+    }
+}
+
+impl OnnxModel {
+    fn run_on(&self, session: &mut Session, values: &[SessionInputValue]) -> Result<Vec<Tensor>> {
         // The kill switch: a run past MODEL_EXECUTION_TIMEOUT is told to stop by the watchdog.
         let options = Arc::new(RunOptions::new().map_err(backend_err)?);
         let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
@@ -176,8 +174,8 @@ impl LoadedModel for OnnxModel {
             let _ = stopper.terminate();
         });
         let before = onnx_alloc::overruns();
-        let result = session
-            .run_with_options(values.as_slice(), &options)
+        session
+            .run_with_options(values, &options)
             .map_err(backend_err)
             .and_then(|outs| {
                 if onnx_alloc::overruns() > before {
@@ -186,9 +184,7 @@ impl LoadedModel for OnnxModel {
                     Ok(outs)
                 }
             })
-            .and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>());
-        self.pool.lock().push(session);
-        result
+            .and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>())
     }
 }
 

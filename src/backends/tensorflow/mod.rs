@@ -6,7 +6,7 @@ mod ffi;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
-use super::{LibrarySlot, LoadOptions, LoadedModel};
+use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -285,9 +285,7 @@ impl LoadedModel for TfModel {
     }
 
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        if inputs.len() != self.input_ops.len() {
-            return Err(Error::Generic(format!("Expected {} inputs but got {}", self.input_ops.len(), inputs.len())));
-        }
+        check_input_count(self.input_ops.len(), inputs.len())?;
         let a = &*self.api;
         let mut ins = Tensors(a, Vec::with_capacity(inputs.len()));
         for t in inputs {

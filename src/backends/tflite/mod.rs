@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
-use super::{LibrarySlot, LoadOptions, LoadedModel};
+use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Pool};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -139,7 +137,7 @@ pub struct TfLiteModel {
     outputs: Vec<Port>,
     input_names: Vec<String>,
     output_names: Vec<String>,
-    pool: Mutex<Vec<Instance>>,
+    pool: Pool<Instance>,
 }
 
 pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
@@ -156,7 +154,7 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
         blob,
         inputs,
         outputs,
-        pool: Mutex::new(vec![first]),
+        pool: Pool::new(Some(first)),
     };
     Ok(Box::new(m))
 }
@@ -378,9 +376,7 @@ impl LoadedModel for TfLiteModel {
     }
 
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        if inputs.len() != self.inputs.len() {
-            return Err(Error::Generic(format!("Expected {} inputs but got {}", self.inputs.len(), inputs.len())));
-        }
+        check_input_count(self.inputs.len(), inputs.len())?;
         for (port, t) in self.inputs.iter().zip(inputs) {
             if lite_type(t.dtype()) != Some(port.element_type) {
                 return Err(Error::Plain(
@@ -388,14 +384,7 @@ impl LoadedModel for TfLiteModel {
                 ));
             }
         }
-        let pooled = self.pool.lock().pop();
-        let mut inst = match pooled {
-            Some(i) => i,
-            None => new_instance(&self.api, &self.blob)?,
-        };
-        let result = self.run_on(&mut inst, inputs);
-        self.pool.lock().push(inst);
-        result
+        self.pool.with(|| new_instance(&self.api, &self.blob), |inst| self.run_on(inst, inputs))?
     }
 }
 
