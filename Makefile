@@ -90,7 +90,7 @@ bench: build venv ## Benchmarks that print numbers against same-run baselines (b
 bench-responsiveness: build venv ## PING latency while big models are stored/read and heavy models run (bench/responsiveness.py)
 	$(PYTEST_ENV) $(PYTHON) bench/responsiveness.py
 
-FUZZ_CASES ?= 200000
+FUZZ_CASES ?= 1000000
 fuzz: ## Property-test every parser and RDB decoder with FUZZ_CASES random inputs each (src/commands/fuzz.rs)
 	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release commands::fuzz
 

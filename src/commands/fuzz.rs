@@ -100,8 +100,15 @@ impl dag::Resolver for Fake {
     }
 }
 
+/// 3,000 cases in `make test`; PROPTEST_CASES (set by `make fuzz`) wins when given. A literal `cases` alone would
+/// override the variable, so `make fuzz` would silently run 3,000 too; read it here.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    ProptestConfig { cases, ..ProptestConfig::default() }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn tensor_parsers(v in argv("AI.TENSORSET")) {
