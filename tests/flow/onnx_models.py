@@ -123,6 +123,11 @@ class RawClient:
     def reply(self):
         return self.reader.reply()
 
+    def call(self, *args):
+        """Send one command and return its reply."""
+        self.send(*args)
+        return self.reply()
+
     def close(self):
         self.sock.close()
 

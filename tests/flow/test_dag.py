@@ -8,7 +8,6 @@ Scripts are not implemented yet: only the `script key is empty` error of a scrip
 """
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -18,7 +17,8 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import REPO_ROOT, RespError, _encode_command, _RespReader, check_error, wait_for
+from conftest import REPO_ROOT, RespError, _encode_command, check_error, wait_for
+from onnx_models import RawClient
 
 DATA_DIR = REPO_ROOT / "tests" / "data"
 if str(DATA_DIR) not in sys.path:
@@ -112,27 +112,6 @@ def is_error(x):
 def ai_info(con, key):
     reply = con.execute_command("AI.INFO", key)
     return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
-
-
-class RawConn:
-    """One raw RESP connection (replies as sent: simple strings as str, bulk as bytes, errors as RespError)."""
-
-    def __init__(self, port, timeout=60.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.reader = _RespReader(self.sock)
-
-    def send(self, *args):
-        self.sock.sendall(_encode_command(args))
-
-    def reply(self):
-        return self.reader.reply()
-
-    def call(self, *args):
-        self.send(*args)
-        return self.reply()
-
-    def close(self):
-        self.sock.close()
 
 
 def keys_of(con):
@@ -713,7 +692,7 @@ def test_dag_timeout_while_queue_busy(server):
     others = []
     try:
         for _ in range(n_heavy):
-            c = RawConn(server.port)
+            c = RawClient(server.port)
             c.send(*mexec("heavy", ["hx"], ["hy"]))
             others.append(c)
         wait_for(lambda: blocked_clients(server) >= n_heavy, what="the heavy runs to be queued")
@@ -723,15 +702,15 @@ def test_dag_timeout_while_queue_busy(server):
         assert ret == [b"OK", [b"3"], [b"dtype", b"FLOAT", b"shape", [2, 4]]]
         assert blocked_clients(server) >= 1  # the heavy runs are still going on
         # single-device DAG behind them
-        dag1 = RawConn(server.port)
+        dag1 = RawClient(server.port)
         dag1.send(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "x", "PERSIST", 1, "y1", "TIMEOUT", timeout_ms],
                            [mexec("lin", ["x"], ["y1"]), ["AI.TENSORGET", "y1", "VALUES"]]))
         # two-device DAG: its CPU:1 part could run at once, its CPU part waits behind the heavy runs
-        dag2 = RawConn(server.port)
+        dag2 = RawClient(server.port)
         dag2.send(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "x", "PERSIST", 1, "y2", "TIMEOUT", timeout_ms],
                            [mexec("lin1", ["x"], ["a"]), mexec("two", ["a"], ["y2", "b"])]))
         # the deprecated command
-        dag3 = RawConn(server.port)
+        dag3 = RawClient(server.port)
         dag3.send("AI.DAGRUN", "LOAD", 1, "x", "TIMEOUT", timeout_ms, "|>", "AI.MODELRUN", "lin", "INPUTS", "x",
                   "OUTPUTS", "y3", "|>", "AI.TENSORGET", "y3", "VALUES")
         for d in (dag1, dag2, dag3):
@@ -840,7 +819,7 @@ def test_dag_in_multi_and_lua(server):
             ["AI.DAGEXECUTE_RO", "ROUTING", "x", "|>", "AI.TENSORSET", "a", "FLOAT", 1],
             ["AI.DAGRUN", "|>", "AI.TENSORSET", "a", "FLOAT", 1],
             ["AI.DAGRUN_RO", "LOAD", 1, "x", "|>", "AI.TENSORGET", "x", "VALUES"]]
-    c = RawConn(server.port)
+    c = RawClient(server.port)
     try:
         for dag in dags:
             assert c.call("MULTI") == "OK"
