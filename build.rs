@@ -13,6 +13,11 @@ fn main() {
     // The default ONNX Runtime path is compiled in (src/backends/onnx.rs); rebuild when it moves.
     println!("cargo:rerun-if-env-changed=REDISAI_ONNX_LIB_DIR");
     println!("cargo:rerun-if-env-changed=REDISAI_TF_LIB_DIR");
+    // ONNX Runtime's allocations fail by C++ exception, thrown from this small file (see its comment).
+    if std::env::var_os("CARGO_FEATURE_ONNX").is_some() {
+        println!("cargo:rerun-if-changed=src/backends/onnx_alloc.cpp");
+        cc::Build::new().cpp(true).pic(true).file("src/backends/onnx_alloc.cpp").compile("redisai_onnx_alloc");
+    }
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
 }

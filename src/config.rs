@@ -18,6 +18,12 @@ pub struct Config {
     pub model_chunk_size: usize,
     pub model_execution_timeout_ms: u64,
     pub backend_memory_limit_mb: u64,
+    /// The bound on backend memory when BACKEND_MEMORY_LIMIT is not given (bytes; 0: none): derived at load
+    /// time from `maxmemory` and the machine's memory, so that one model cannot take Redis down.
+    pub default_memory_bound: u64,
+    /// Whether AI.CONFIG LOADBACKEND / BACKENDSPATH work at runtime (load-time `RUNTIME_BACKEND_LOADING no`
+    /// forbids them, so that not even an admin client can make the server load a library through the module).
+    pub runtime_backend_loading: bool,
     /// Directory of libredisai.so (where the TORCH backend library sits by default).
     pub module_dir: Option<String>,
 }
@@ -33,6 +39,8 @@ impl Default for Config {
             model_chunk_size: 511 * 1024 * 1024,
             model_execution_timeout_ms: 5000,
             backend_memory_limit_mb: 0,
+            default_memory_bound: 0,
+            runtime_backend_loading: true,
             module_dir: None,
         }
     }
@@ -74,10 +82,56 @@ impl Config {
                     c.model_execution_timeout_ms = v as u64;
                 }
                 "BACKEND_MEMORY_LIMIT" => c.backend_memory_limit_mb = positive(&key, val, i64::MAX)? as u64,
+                "RUNTIME_BACKEND_LOADING" => {
+                    c.runtime_backend_loading = match val.to_ascii_lowercase().as_slice() {
+                        b"yes" => true,
+                        b"no" => false,
+                        _ => return Err(arg_error(&key, val)),
+                    }
+                }
                 _ => return Err(arg_error(&key, val)),
             }
         }
         Ok(c)
+    }
+}
+
+impl Config {
+    /// How many bytes a backend may hold for models and runs: BACKEND_MEMORY_LIMIT (in MB, as RedisAI) when
+    /// given, else the default bound (see `default_memory_bound`). 0 means unbounded.
+    pub fn backend_memory_bound(&self) -> u64 {
+        if self.backend_memory_limit_mb > 0 {
+            self.backend_memory_limit_mb.saturating_mul(1_000_000)
+        } else {
+            self.default_memory_bound
+        }
+    }
+}
+
+/// The default backend memory bound: `maxmemory` when set (the operator's own bound on Redis), else half of
+/// the memory the process may use (the machine's, or its cgroup's limit when lower), leaving the other half
+/// to the data Redis holds. `maxmemory` 0 means unset.
+pub fn default_memory_bound(maxmemory: u64) -> u64 {
+    if maxmemory > 0 {
+        maxmemory
+    } else {
+        machine_memory() / 2
+    }
+}
+
+/// Physical memory, or the cgroup (v2 or v1) limit when it is lower; 0 when unknown.
+pub fn machine_memory() -> u64 {
+    // SAFETY: sysconf only reads system constants.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let phys = if pages > 0 && page > 0 { pages as u64 * page as u64 } else { 0 };
+    let cgroup = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+        .min();
+    match cgroup {
+        Some(c) if c > 0 && (phys == 0 || c < phys) => c,
+        _ => phys,
     }
 }
 
@@ -100,7 +154,16 @@ mod tests {
         assert_eq!(c.threads_per_queue, 4);
         assert_eq!(c.backend_libs, vec![("ONNX".to_string(), "/x/libonnxruntime.so".to_string())]);
         assert_eq!(parse("").unwrap(), Config::default());
-        for bad in ["THREADS_PER_QUEUE 0", "THREADS_PER_QUEUE 100000", "MODEL_EXECUTION_TIMEOUT 999", "FOO 1", "TF"] {
+        assert!(!parse("RUNTIME_BACKEND_LOADING no").unwrap().runtime_backend_loading);
+        assert!(parse("runtime_backend_loading YES").unwrap().runtime_backend_loading);
+        for bad in [
+            "RUNTIME_BACKEND_LOADING 0",
+            "THREADS_PER_QUEUE 0",
+            "THREADS_PER_QUEUE 100000",
+            "MODEL_EXECUTION_TIMEOUT 999",
+            "FOO 1",
+            "TF",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
         assert_eq!(

@@ -9,7 +9,8 @@ pub const MAX_TENSOR_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum Error {
-    /// RedisAI formatted this itself with the upper-case name (Redis 7 would print the lower-case one).
+    /// The name as RedisAI's reply gave it: upper case where RedisAI formatted the text itself, the registered
+    /// lower-case name where it called RedisModule_WrongArity (AI.MODELSTORE, AI.SCRIPTSTORE) on Redis 7.
     #[error("wrong number of arguments for '{0}' command")]
     WrongArity(&'static str),
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]

@@ -1,6 +1,7 @@
 //! redisai-rs: a Redis module that stores tensors, models and scripts and runs inference next to the
 //! data, compatible with RedisAI 1.2.7. `redis/` is the only FFI layer; the rest is plain Rust.
 
+pub mod admission;
 pub mod backends;
 pub mod commands;
 pub mod config;

@@ -79,9 +79,14 @@ impl Model {
         Ok(Model::with_handle(key, spec, Ok(handle)))
     }
 
-    /// For RDB loads: a model whose backend cannot be built is still kept, so no data is lost.
-    pub fn restore(key: &[u8], spec: ModelSpec) -> Model {
+    /// For RDB loads: a model whose backend cannot be built is still kept, so no data is lost. The names come
+    /// from the backend where it reports them (RDB encodings 0 and 1 stored none), as in `build`.
+    pub fn restore(key: &[u8], mut spec: ModelSpec) -> Model {
         let handle = load_handle(&spec);
+        if let (Ok(h), false) = (&handle, spec.backend == BackendKind::Tf) {
+            spec.inputs = h.inputs().to_vec();
+            spec.outputs = h.outputs().to_vec();
+        }
         Model::with_handle(key, spec, handle)
     }
 

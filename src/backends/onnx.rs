@@ -33,7 +33,7 @@ fn open(path: &str) -> Result<Runtime> {
         .with_name("redisai")
         .build()
         .map_err(|e| fail(e.to_string()))?;
-    super::onnx_alloc::register(&env, CONFIG.read().backend_memory_limit_mb).map_err(fail)?;
+    super::onnx_alloc::register(&env, CONFIG.read().backend_memory_bound()).map_err(fail)?;
     let version = library_version(path).unwrap_or_else(|| "unknown".into());
     Ok(Runtime { env, version })
 }
@@ -140,11 +140,11 @@ impl OnnxModel {
                 .map_err(|_| Error::Generic("GPU requested but ONNX couldn't find CUDA".into()))?;
         }
         let before = onnx_alloc::overruns();
-        let session = b.commit_from_memory(&self.blob).map_err(backend_err)?;
+        let session = b.commit_from_memory(&self.blob);
         if onnx_alloc::overruns() > before {
             return Err(Error::Plain(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
         }
-        Ok(session)
+        session.map_err(backend_err)
     }
 }
 
@@ -174,17 +174,12 @@ impl OnnxModel {
             let _ = stopper.terminate();
         });
         let before = onnx_alloc::overruns();
-        session
-            .run_with_options(values, &options)
-            .map_err(backend_err)
-            .and_then(|outs| {
-                if onnx_alloc::overruns() > before {
-                    Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()))
-                } else {
-                    Ok(outs)
-                }
-            })
-            .and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>())
+        let outs = session.run_with_options(values, &options);
+        // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why.
+        if onnx_alloc::overruns() > before {
+            return Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()));
+        }
+        outs.map_err(backend_err).and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>())
     }
 }
 

@@ -3,10 +3,11 @@
 //! RedisAI's custom allocator did. Registered on the environment once; sessions opt in with
 //! `session.use_env_allocators`.
 //!
-//! RedisAI's allocator threw a C++ exception past the limit. Rust cannot throw, and ONNX Runtime does not check
-//! for a null allocation (it crashes), so an allocation past the limit still succeeds and is counted as an
-//! overrun: the session creation or run during which the count grew then fails with RedisAI's error, and its
-//! memory is freed. The limit can thus be exceeded by what one call allocates, never for longer.
+//! The bound is BACKEND_MEMORY_LIMIT, or by default one derived from `maxmemory` and the machine's memory
+//! (`Config::backend_memory_bound`): without it, a 1 KB model (`ConstantOfShape` of a huge shape) made Redis
+//! allocate until the kernel's OOM killer ended it. An allocation that would pass the bound is refused (null),
+//! which ONNX Runtime turns into a failed run; it is counted as an overrun, and the session creation or run
+//! during which the count grew fails with RedisAI's error.
 
 use std::alloc::Layout;
 use std::ffi::{c_void, CStr};
@@ -21,9 +22,9 @@ use ort::sys::{OrtAllocator, OrtAllocatorType, OrtEnv, OrtMemType, OrtMemoryInfo
 static MEMORY: AtomicU64 = AtomicU64::new(0);
 /// Allocations plus frees.
 static ACCESSES: AtomicU64 = AtomicU64::new(0);
-/// Allocations past BACKEND_MEMORY_LIMIT (a call during which this grew fails).
+/// Allocations refused at the bound (a call during which this grew fails).
 static OVERRUNS: AtomicU64 = AtomicU64::new(0);
-/// BACKEND_MEMORY_LIMIT in bytes (0: none), fixed at load time.
+/// The bound in bytes (0: none), fixed when the runtime is opened.
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 
 /// ONNX Runtime wants 64-byte aligned buffers (its AVX kernels fault otherwise). The global allocator only
@@ -46,11 +47,30 @@ struct CountingAllocator {
     info: *mut OrtMemoryInfo,
 }
 
-unsafe extern "system" fn alloc(_this: *mut OrtAllocator, size: usize) -> *mut c_void {
+// `alloc`, throwing `std::bad_alloc` instead of returning null (onnx_alloc.cpp): what ONNX Runtime calls.
+// Rust never calls them (an exception must not unwind a Rust frame); it only hands their addresses to ONNX
+// Runtime, whose C++ callers catch the exception.
+extern "system" {
+    fn rai_onnx_alloc_or_throw(this: *mut OrtAllocator, size: usize) -> *mut c_void;
+    fn rai_onnx_reserve_or_throw(this: *const OrtAllocator, size: usize) -> *mut c_void;
+}
+
+/// Called by `rai_onnx_alloc_or_throw`: `alloc`, where null means refused.
+#[no_mangle]
+extern "C" fn rai_onnx_counted_alloc(size: usize) -> *mut c_void {
+    // SAFETY: `alloc` does not use its allocator argument.
+    unsafe { alloc(std::ptr::null_mut(), size) }
+}
+
+/// Null when the allocation would pass the bound or fails: ONNX Runtime gets an exception then (see above).
+/// # Safety
+/// None beyond FFI: it only allocates; `_this` is unused.
+unsafe fn alloc(_this: *mut OrtAllocator, size: usize) -> *mut c_void {
     ACCESSES.fetch_add(1, Ordering::Relaxed);
     let limit = LIMIT.load(Ordering::Relaxed);
     if limit > 0 && MEMORY.load(Ordering::Relaxed).saturating_add(size as u64) > limit {
         OVERRUNS.fetch_add(1, Ordering::Relaxed);
+        return std::ptr::null_mut();
     }
     let Some(layout) = block_layout(size) else {
         return std::ptr::null_mut();
@@ -95,11 +115,6 @@ unsafe extern "system" fn info(this: *const OrtAllocator) -> *const OrtMemoryInf
     unsafe { (*(this as *const CountingAllocator)).info }
 }
 
-unsafe extern "system" fn reserve(this: *const OrtAllocator, size: usize) -> *mut c_void {
-    // SAFETY: same allocator; `alloc` does not use `this`.
-    unsafe { alloc(this as *mut OrtAllocator, size) }
-}
-
 fn status_text(OrtStatusPtr(status): OrtStatusPtr) -> Option<String> {
     if status.is_null() {
         return None;
@@ -113,9 +128,9 @@ fn status_text(OrtStatusPtr(status): OrtStatusPtr) -> Option<String> {
     }
 }
 
-/// Registers the counting allocator on `env` (once per process, with the runtime) and fixes the limit.
-pub fn register(env: &Environment, limit_mb: u64) -> Result<(), String> {
-    LIMIT.store(limit_mb.saturating_mul(1_000_000), Ordering::Relaxed);
+/// Registers the counting allocator on `env` (once per process, with the runtime) and fixes the bound (bytes).
+pub fn register(env: &Environment, bound: u64) -> Result<(), String> {
+    LIMIT.store(bound, Ordering::Relaxed);
     let api = ort::api();
     let mut mem_info = std::ptr::null_mut();
     // SAFETY: out-pointer to a local; the memory info and the allocator are leaked on purpose: the
@@ -130,10 +145,10 @@ pub fn register(env: &Environment, limit_mb: u64) -> Result<(), String> {
             return Err(e);
         }
         let mut base = OrtAllocator::default();
-        base.Alloc = Some(alloc);
+        base.Alloc = Some(rai_onnx_alloc_or_throw);
         base.Free = Some(free);
         base.Info = Some(info);
-        base.Reserve = Some(reserve);
+        base.Reserve = Some(rai_onnx_reserve_or_throw);
         let allocator = Box::leak(Box::new(CountingAllocator { base, info: mem_info }));
         match status_text((api.RegisterAllocator)(env.ptr() as *mut OrtEnv, &mut allocator.base)) {
             Some(e) => Err(e),

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::is_keyword;
 use super::model::{parse_modelexecute, parse_modelrun, parse_timeout};
 use super::script::{parse_scriptexecute, parse_scriptrun, ScriptCall};
 use super::tensor::{parse_tensor_args, parse_tensorget_format, GetFormat};
+use super::{is_keyword, KeyAccess};
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan, ReplyItem, Slot};
 use crate::model::Model;
@@ -294,21 +294,23 @@ fn bind<'a>(
     Ok((ins, outs))
 }
 
-/// Key positions for cluster routing: LOAD and PERSIST keys, ROUTING, and the model/script of each
-/// AI.MODELEXECUTE / AI.SCRIPTEXECUTE op (DAG-local names are not keys).
-pub fn dag_key_positions(argv: &[&[u8]]) -> Vec<usize> {
+/// Keys of a DAG command (cluster routing, ACL): LOAD keys are read, PERSIST keys written, ROUTING only routes,
+/// and the model/script of each AI.MODELEXECUTE / AI.SCRIPTEXECUTE op is read (DAG-local names are not keys;
+/// the KEYS of a script op are checked when the script uses them, by `redis.execute` under the caller's ACL).
+pub fn dag_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
     let mut keys = Vec::new();
     let mut pos = 1;
     while pos < argv.len() && argv[pos] != SEP {
         let a = argv[pos];
         if is_keyword(a, "LOAD") || is_keyword(a, "PERSIST") {
+            let access = if is_keyword(a, "LOAD") { KeyAccess::Read } else { KeyAccess::Write };
             let n = argv.get(pos + 1).and_then(|c| parse_i64(c)).filter(|&n| n > 0).unwrap_or(0) as usize;
             let end = (pos + 2 + n).min(argv.len());
-            keys.extend(pos + 2..end);
+            keys.extend((pos + 2..end).map(|k| (k, access)));
             pos = end;
         } else if is_keyword(a, "ROUTING") {
             if pos + 1 < argv.len() {
-                keys.push(pos + 1);
+                keys.push((pos + 1, KeyAccess::Route));
             }
             pos += 2;
         } else if is_keyword(a, "TIMEOUT") {
@@ -322,7 +324,7 @@ pub fn dag_key_positions(argv: &[&[u8]]) -> Vec<usize> {
             && argv.get(i + 1).is_some_and(|a| is_keyword(a, "AI.MODELEXECUTE") || is_keyword(a, "AI.SCRIPTEXECUTE"))
             && i + 2 < argv.len()
         {
-            keys.push(i + 2);
+            keys.push((i + 2, KeyAccess::Read));
         }
     }
     keys
@@ -480,6 +482,7 @@ mod tests {
                 .split(' ')
                 .map(str::as_bytes)
                 .collect();
-        assert_eq!(dag_key_positions(&words), vec![3, 4, 7, 9, 14]);
+        use KeyAccess::{Read as R, Route, Write as W};
+        assert_eq!(dag_key_positions(&words), vec![(3, R), (4, R), (7, W), (9, Route), (14, R)]);
     }
 }

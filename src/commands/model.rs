@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{is_keyword, optional_tag};
+use super::{is_keyword, optional_tag, KeyAccess};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::model::{BackendKind, BatchOpts, ModelSpec};
@@ -72,7 +72,8 @@ pub fn parse_modelset(argv: &[&[u8]]) -> Result<ModelSpec> {
 /// and where the payload's chunks start in `argv`.
 pub fn parse_modelstore_head(argv: &[&[u8]]) -> Result<(ModelSpec, usize)> {
     if argv.len() < 6 {
-        return Err(Error::WrongArity("AI.MODELSTORE"));
+        // RedisAI answers with RedisModule_WrongArity: Redis 7 names the registered (lower-case) command.
+        return Err(Error::WrongArity("ai.modelstore"));
     }
     let backend = BackendKind::parse(argv[2])?;
     let device = Device::parse(argv[3])?;
@@ -329,30 +330,37 @@ pub fn parse_modelrun<'a>(argv: &[&'a [u8]], ninputs: usize, noutputs: usize) ->
     Ok(ExecuteArgs { inputs, outputs, timeout })
 }
 
-/// Positions of the keys of AI.MODELEXECUTE (for the getkeys callback): the model, inputs and outputs.
-pub fn modelexecute_key_positions(argv: &[&[u8]]) -> Vec<usize> {
-    let mut keys = vec![1];
+/// Keys of AI.MODELEXECUTE (for the getkeys callback): the model and inputs are read, outputs written.
+pub fn modelexecute_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
+    let mut keys = vec![(1, KeyAccess::Read)];
     let mut pos = 2;
-    for keyword in ["INPUTS", "OUTPUTS"] {
+    for (keyword, access) in [("INPUTS", KeyAccess::Read), ("OUTPUTS", KeyAccess::Write)] {
         if !argv.get(pos).is_some_and(|a| is_keyword(a, keyword)) {
             break;
         }
         let Some(n) = argv.get(pos + 1).and_then(|a| parse_i64(a)).filter(|&n| n > 0) else { break };
         let end = (pos + 2 + n as usize).min(argv.len());
-        keys.extend(pos + 2..end);
+        keys.extend((pos + 2..end).map(|k| (k, access)));
         pos = end;
     }
-    keys.retain(|&k| k < argv.len());
+    keys.retain(|&(k, _)| k < argv.len());
     keys
 }
 
-/// Positions of the keys of AI.MODELRUN: the model and every argument after INPUTS except `OUTPUTS`.
-pub fn modelrun_key_positions(argv: &[&[u8]]) -> Vec<usize> {
-    let mut keys = vec![1];
+/// Keys of AI.MODELRUN: the model and every argument after INPUTS (read) or OUTPUTS (written).
+pub fn modelrun_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
+    let mut keys = vec![(1, KeyAccess::Read)];
     if let Some(i) = argv.iter().position(|a| is_keyword(a, "INPUTS")) {
-        keys.extend((i + 1..argv.len()).filter(|&p| !is_keyword(argv[p], "OUTPUTS")));
+        let mut access = KeyAccess::Read;
+        for p in i + 1..argv.len() {
+            if is_keyword(argv[p], "OUTPUTS") {
+                access = KeyAccess::Write;
+            } else {
+                keys.push((p, access));
+            }
+        }
     }
-    keys.retain(|&k| k < argv.len());
+    keys.retain(|&(k, _)| k < argv.len());
     keys
 }
 
@@ -375,7 +383,7 @@ mod tests {
     #[test]
     fn modelstore_checks_in_order() {
         let e = |s: &str| parse_modelstore(&words(s)).unwrap_err().reply_text();
-        assert_eq!(e("AI.MODELSTORE m ONNX CPU BLOB"), "ERR wrong number of arguments for 'AI.MODELSTORE' command");
+        assert_eq!(e("AI.MODELSTORE m ONNX CPU BLOB"), "ERR wrong number of arguments for 'ai.modelstore' command");
         assert_eq!(e("AI.MODELSTORE m PT CPU BLOB x"), "ERR unsupported backend");
         assert_eq!(e("AI.MODELSTORE m ONNX CPU:1.8 BLOB x"), "ERR Invalid DEVICE");
         assert_eq!(e("AI.MODELSTORE m ONNX CPU BATCHSIZE x BLOB x"), "ERR Invalid argument for BATCHSIZE");
@@ -449,13 +457,17 @@ mod tests {
 
     #[test]
     fn modelrun_and_key_positions() {
+        use KeyAccess::{Read as R, Write as W};
         let a = parse_modelrun(&words("AI.MODELRUN m TIMEOUT 9 INPUTS a b OUTPUTS c"), 2, 1).unwrap();
         assert_eq!((a.inputs, a.outputs), (words("a b"), words("c")));
         assert_eq!(
             modelexecute_key_positions(&words("AI.MODELEXECUTE m INPUTS 2 a b OUTPUTS 1 c TIMEOUT 5")),
-            vec![1, 4, 5, 8]
+            vec![(1, R), (4, R), (5, R), (8, W)]
         );
-        assert_eq!(modelrun_key_positions(&words("AI.MODELRUN m TIMEOUT 9 INPUTS a b OUTPUTS c")), vec![1, 5, 6, 8]);
+        assert_eq!(
+            modelrun_key_positions(&words("AI.MODELRUN m TIMEOUT 9 INPUTS a b OUTPUTS c")),
+            vec![(1, R), (5, R), (6, R), (8, W)]
+        );
     }
 
     #[test]

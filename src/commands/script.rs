@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{is_keyword, optional_tag};
+use super::{is_keyword, optional_tag, KeyAccess};
 use crate::error::{Error, Result};
 use crate::reply::Reply;
 use crate::script::{CallStyle, ScriptSpec};
@@ -19,7 +19,8 @@ fn utf8(b: &[u8]) -> Result<String> {
 /// `AI.SCRIPTSTORE <key> <device> [TAG <tag>] ENTRY_POINTS <n> <fn>... SOURCE <src>`.
 pub fn parse_scriptstore(argv: &[&[u8]]) -> Result<ScriptSpec> {
     if argv.len() < 8 {
-        return Err(Error::WrongArity("AI.SCRIPTSTORE"));
+        // RedisAI answers with RedisModule_WrongArity: Redis 7 names the registered (lower-case) command.
+        return Err(Error::WrongArity("ai.scriptstore"));
     }
     let device_name = String::from_utf8_lossy(argv[2]).into_owned();
     let mut pos = 3;
@@ -122,7 +123,8 @@ pub fn parse_scriptexecute<'a>(argv: &[&'a [u8]], in_dag: bool) -> Result<Script
             }
             seen[i] = true;
             let items: Vec<&[u8]> = if i == 0 {
-                if pos + 1 >= argv.len() {
+                // RedisAI needs the count and at least one more argument after KEYS.
+                if pos + 2 >= argv.len() {
                     return Err(err("Missing arguments after KEYS keyword"));
                 }
                 let n = parse_i64(argv[pos + 1])
@@ -236,40 +238,45 @@ pub fn parse_scriptrun<'a>(argv: &[&'a [u8]]) -> Result<ScriptCall<'a>> {
     Ok(call)
 }
 
-/// Key positions of AI.SCRIPTEXECUTE: the script, then KEYS, INPUTS and OUTPUTS (not ARGS).
-pub fn scriptexecute_key_positions(argv: &[&[u8]]) -> Vec<usize> {
-    let mut keys = vec![1];
+/// Keys of AI.SCRIPTEXECUTE: the script and INPUTS are read, OUTPUTS written, and KEYS (which the script's
+/// `redis.execute` calls may read or write) both; ARGS are not keys.
+pub fn scriptexecute_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
+    let mut keys = vec![(1, KeyAccess::Read)];
     let mut pos = 3;
     while pos + 1 < argv.len() {
         let a = argv[pos];
+        let sections = [Some(KeyAccess::ReadWrite), Some(KeyAccess::Read), None, Some(KeyAccess::Write)];
         let counted = ["KEYS", "INPUTS", "ARGS", "OUTPUTS"].iter().position(|k| is_keyword(a, k));
         let Some(i) = counted else { break };
         let n = parse_i64(argv[pos + 1]).filter(|&n| n >= 0).unwrap_or(0) as usize;
         let end = (pos + 2 + n).min(argv.len());
-        if i != 2 {
-            keys.extend(pos + 2..end);
+        if let Some(access) = sections[i] {
+            keys.extend((pos + 2..end).map(|k| (k, access)));
         }
         pos = end;
     }
     keys
 }
 
-/// Key positions of AI.SCRIPTRUN: the script, inputs and outputs (not `$`, the section words or TIMEOUT).
-pub fn scriptrun_key_positions(argv: &[&[u8]]) -> Vec<usize> {
-    let mut keys = vec![1];
+/// Keys of AI.SCRIPTRUN: the script and inputs (read), outputs (written); not `$`, the section words or
+/// TIMEOUT.
+pub fn scriptrun_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
+    let mut keys = vec![(1, KeyAccess::Read)];
     let mut pos = 3;
-    let mut in_section = false;
+    let mut section = None;
     while pos < argv.len() {
         let a = argv[pos];
         if is_keyword(a, "TIMEOUT") {
             pos += 2;
-            in_section = false;
+            section = None;
             continue;
         }
-        if is_keyword(a, "INPUTS") || is_keyword(a, "OUTPUTS") {
-            in_section = true;
-        } else if in_section && a != b"$" {
-            keys.push(pos);
+        if is_keyword(a, "INPUTS") {
+            section = Some(KeyAccess::Read);
+        } else if is_keyword(a, "OUTPUTS") {
+            section = Some(KeyAccess::Write);
+        } else if let Some(access) = section.filter(|_| a != b"$") {
+            keys.push((pos, access));
         }
         pos += 1;
     }
@@ -285,7 +292,7 @@ mod tests {
     #[test]
     fn scriptstore_errors() {
         let e = |s: &str| parse_scriptstore(&words(s)).unwrap_err().reply_text();
-        assert_eq!(e("AI.SCRIPTSTORE s CPU SOURCE x"), "ERR wrong number of arguments for 'AI.SCRIPTSTORE' command");
+        assert_eq!(e("AI.SCRIPTSTORE s CPU SOURCE x"), "ERR wrong number of arguments for 'ai.scriptstore' command");
         assert_eq!(
             e("AI.SCRIPTSTORE s CPU TAG t SOURCE a b c"),
             "ERR Insufficient arguments, missing script entry points"
@@ -322,6 +329,11 @@ mod tests {
             "ERR KEYS or INPUTS scope must be provided first for AI.SCRIPTEXECUTE command"
         );
         assert_eq!(e("AI.SCRIPTEXECUTE s f KEYS"), "ERR Missing arguments after KEYS keyword");
+        assert_eq!(e("AI.SCRIPTEXECUTE s f KEYS 1"), "ERR Missing arguments after KEYS keyword");
+        assert_eq!(
+            e("AI.SCRIPTEXECUTE s f KEYS 2 k1"),
+            "ERR Number of pre declared KEYS to be used in the command does not match the number of given arguments"
+        );
         assert_eq!(e("AI.SCRIPTEXECUTE s f KEYS 0 a"), "ERR Invalid or negative value found in number of KEYS");
         assert_eq!(
             e("AI.SCRIPTEXECUTE s f KEYS 3 a"),
@@ -362,7 +374,13 @@ mod tests {
         assert!(parse_scriptexecute(&words("AI.SCRIPTEXECUTE s f OUTPUTS 1 o"), true).is_ok());
         assert_eq!(
             scriptexecute_key_positions(&words("AI.SCRIPTEXECUTE s f KEYS 1 k INPUTS 2 a b ARGS 1 x OUTPUTS 1 o")),
-            vec![1, 5, 8, 9, 15]
+            vec![
+                (1, KeyAccess::Read),
+                (5, KeyAccess::ReadWrite),
+                (8, KeyAccess::Read),
+                (9, KeyAccess::Read),
+                (15, KeyAccess::Write)
+            ]
         );
     }
 
@@ -380,7 +398,7 @@ mod tests {
         assert_eq!((c.inputs.len(), c.outputs.len(), c.style), (3, 1, CallStyle::Positional { list_from: Some(1) }));
         assert_eq!(
             scriptrun_key_positions(&words("AI.SCRIPTRUN s f TIMEOUT 5 INPUTS a $ b OUTPUTS o")),
-            vec![1, 6, 8, 10]
+            vec![(1, KeyAccess::Read), (6, KeyAccess::Read), (8, KeyAccess::Read), (10, KeyAccess::Write)]
         );
     }
 }

@@ -94,11 +94,19 @@ pub struct Plan {
     pub persist: Vec<(Vec<u8>, Slot)>,
     /// Longest time the run may wait before an op starts (RedisAI's TIMEOUT).
     pub timeout: Option<Duration>,
-    /// The client's database (what scripts' `redis.execute` works on).
-    pub db: i32,
+    /// The client's database and ACL user (what scripts' callbacks act as).
+    pub caller: crate::script::Caller,
 }
 
 impl Plan {
+    /// Whether an op runs TorchScript (a script, or a TORCH model), whose callbacks need the caller's user.
+    pub fn runs_torchscript(&self) -> bool {
+        self.ops.iter().any(|op| match &op.kind {
+            OpKind::Script { .. } => true,
+            OpKind::Model { model, .. } => model.spec.backend == crate::model::BackendKind::Torch,
+        })
+    }
+
     pub fn new_slot(&mut self) -> Slot {
         self.slots += 1;
         self.slots - 1

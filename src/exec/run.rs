@@ -238,8 +238,8 @@ impl Entry {
         if let Some((entry, inputs)) = self.prepare() {
             let result = {
                 let op = &entry.run.plan.ops[entry.op_index()];
-                let db = entry.run.plan.db;
-                catch_unwind(AssertUnwindSafe(|| crate::script::with_db(db, || execute(&op.kind, &inputs))))
+                let caller = &entry.run.plan.caller;
+                catch_unwind(AssertUnwindSafe(|| crate::script::with_caller(caller, || execute(&op.kind, &inputs))))
                     .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())))
             };
             drop(inputs);

@@ -22,7 +22,7 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         let c = CONFIG.read().clone();
         raw::add_info_section(ctx, Some("versions"));
         raw::add_info_field_str(ctx, "RedisAI_version", "1.2.7");
-        raw::add_info_field_str(ctx, "redisai_rs_version", env!("CARGO_PKG_VERSION"));
+        // RedisAI's value; this module exports no low-level API to other modules (docs/commands.md, AI.INFO).
         raw::add_info_field_long_long(ctx, "low_level_API_version", 1);
         raw::add_info_field_long_long(ctx, "rdb_version", crate::rdb::ENCVER as i64);
 
@@ -37,6 +37,8 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_field_long_long(ctx, "backend_memory_limit", c.backend_memory_limit_mb as i64);
 
         raw::add_info_section(ctx, Some("backends_info"));
+        // The bound in force (BACKEND_MEMORY_LIMIT, or the default derived from maxmemory / the machine).
+        raw::add_info_field_long_long(ctx, "backend_memory_bound", c.backend_memory_bound() as i64);
         let versions = crate::backends::loaded_versions();
         for (field, version) in &versions {
             raw::add_info_field_str(ctx, field, version);
@@ -70,5 +72,9 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
                 raw::add_info_field_str(ctx, &format!("queue_{dev}_bthread_n{n}_used_cpu_total"), &total);
             }
         }
+
+        // Our own version, in a section of its own after RedisAI's five (tools index those by position).
+        raw::add_info_section(ctx, Some("redisai_rs"));
+        raw::add_info_field_str(ctx, "redisai_rs_version", env!("CARGO_PKG_VERSION"));
     }));
 }

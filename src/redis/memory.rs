@@ -16,27 +16,37 @@ pub fn check_room(ctx: *mut raw::RedisModuleCtx, extra: usize) -> Result<()> {
     if extra < CHECK_FROM {
         return Ok(());
     }
-    // SAFETY: ctx is the command's context (main thread); the INFO data is read and freed here.
-    let (used, max) = unsafe {
+    let Some((used, max)) = memory_info(ctx) else { return Ok(()) };
+    if max > 0 && used.saturating_add(extra as u64) > max {
+        return Err(Error::Plain(OOM.into()));
+    }
+    Ok(())
+}
+
+/// `(used_memory, maxmemory)` from INFO memory, on the main thread (or under the global lock).
+fn memory_info(ctx: *mut raw::RedisModuleCtx) -> Option<(u64, u64)> {
+    // SAFETY: ctx is a live context on the main thread; the INFO data is read and freed here.
+    unsafe {
         let (Some(get), Some(field), Some(free)) = (
             raw::RedisModule_GetServerInfo,
             raw::RedisModule_ServerInfoGetFieldUnsigned,
             raw::RedisModule_FreeServerInfo,
         ) else {
-            return Ok(());
+            return None;
         };
         let info = get(ctx, c"memory".as_ptr());
         if info.is_null() {
-            return Ok(());
+            return None;
         }
         let mut err = 0;
         let used = field(info, c"used_memory".as_ptr(), &mut err);
         let max = field(info, c"maxmemory".as_ptr(), &mut err);
         free(ctx, info);
-        (used, max)
-    };
-    if max > 0 && used.saturating_add(extra as u64) > max {
-        return Err(Error::Plain(OOM.into()));
+        Some((used, max))
     }
-    Ok(())
+}
+
+/// Redis's `maxmemory` (0: unset), for the default backend memory bound.
+pub fn maxmemory(ctx: *mut raw::RedisModuleCtx) -> u64 {
+    memory_info(ctx).map_or(0, |(_, max)| max)
 }

@@ -1,5 +1,6 @@
 //! The Redis FFI layer: the only code that talks to `redis_module`. Everything it calls into is pure Rust.
 
+pub mod acl;
 pub mod blocking;
 pub mod handlers;
 pub mod info;

@@ -18,26 +18,29 @@ const MODULE_VERSION: c_int = 10207;
 
 type CommandFn = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-/// Name, entry point, flags, first/last/step key positions (spec §1.0).
+/// Name, entry point, flags, first/last/step key positions. Every command with keys declares `getkeys-api`:
+/// its callback gives each key's read/write flags, which ACL selectors (`%R~in:*`, `%W~out:*`) are checked
+/// against (a legacy first/last/step spec would mark every key read+write). AI.CONFIG is `admin` (so in
+/// @admin and @dangerous, like CONFIG SET and MODULE LOAD): it loads shared libraries.
 const COMMANDS: &[(&str, CommandFn, &str, c_int, c_int, c_int)] = &[
-    ("ai.tensorset", handlers::ai_tensorset, "write deny-oom", 1, 1, 1),
-    ("ai.tensorget", handlers::ai_tensorget, "readonly", 1, 1, 1),
-    ("ai.modelstore", handlers::ai_modelstore, "write deny-oom", 1, 1, 1),
-    ("ai.modelset", handlers::ai_modelset, "write deny-oom", 1, 1, 1),
-    ("ai.modelget", handlers::ai_modelget, "readonly", 1, 1, 1),
-    ("ai.modeldel", handlers::ai_modeldel, "write", 1, 1, 1),
+    ("ai.tensorset", handlers::ai_tensorset, "write deny-oom getkeys-api", 1, 1, 1),
+    ("ai.tensorget", handlers::ai_tensorget, "readonly getkeys-api", 1, 1, 1),
+    ("ai.modelstore", handlers::ai_modelstore, "write deny-oom getkeys-api", 1, 1, 1),
+    ("ai.modelset", handlers::ai_modelset, "write deny-oom getkeys-api", 1, 1, 1),
+    ("ai.modelget", handlers::ai_modelget, "readonly getkeys-api", 1, 1, 1),
+    ("ai.modeldel", handlers::ai_modeldel, "write getkeys-api", 1, 1, 1),
     ("ai.modelexecute", handlers::ai_modelexecute, "write deny-oom getkeys-api", 4, 4, 1),
     ("ai.modelrun", handlers::ai_modelrun, "write deny-oom getkeys-api", 3, 3, 1),
     ("ai._modelscan", handlers::ai_modelscan, "readonly", 0, 0, 0),
-    ("ai.scriptstore", handlers::ai_scriptstore, "write deny-oom", 1, 1, 1),
-    ("ai.scriptset", handlers::ai_scriptset, "write deny-oom", 1, 1, 1),
-    ("ai.scriptget", handlers::ai_scriptget, "readonly", 1, 1, 1),
-    ("ai.scriptdel", handlers::ai_scriptdel, "write", 1, 1, 1),
+    ("ai.scriptstore", handlers::ai_scriptstore, "write deny-oom getkeys-api", 1, 1, 1),
+    ("ai.scriptset", handlers::ai_scriptset, "write deny-oom getkeys-api", 1, 1, 1),
+    ("ai.scriptget", handlers::ai_scriptget, "readonly getkeys-api", 1, 1, 1),
+    ("ai.scriptdel", handlers::ai_scriptdel, "write getkeys-api", 1, 1, 1),
     ("ai.scriptexecute", handlers::ai_scriptexecute, "write deny-oom getkeys-api", 5, 5, 1),
     ("ai.scriptrun", handlers::ai_scriptrun, "write deny-oom getkeys-api", 4, 4, 1),
     ("ai._scriptscan", handlers::ai_scriptscan, "readonly", 0, 0, 0),
-    ("ai.info", handlers::ai_info, "readonly", 1, 1, 1),
-    ("ai.config", handlers::ai_config, "write", 0, 0, 0),
+    ("ai.info", handlers::ai_info, "readonly getkeys-api", 1, 1, 1),
+    ("ai.config", handlers::ai_config, "admin", 0, 0, 0),
     ("ai.dagexecute", handlers::ai_dagexecute, "write deny-oom getkeys-api", 3, 3, 1),
     ("ai.dagexecute_ro", handlers::ai_dagexecute_ro, "readonly getkeys-api", 3, 3, 1),
     ("ai.dagrun", handlers::ai_dagrun, "write deny-oom getkeys-api", 3, 3, 1),
@@ -102,6 +105,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     {
         let mut c = config::CONFIG.write();
+        c.default_memory_bound = config::default_memory_bound(super::memory::maxmemory(ctx));
         c.module_dir = module_dir();
         if c.backends_path.is_none() {
             c.backends_path = c.module_dir.as_ref().map(|d| format!("{d}/backends"));
@@ -135,6 +139,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         }
     }
 
+    admin_categories(ctx);
     raw::register_info_function(ctx, Some(info::info_func));
     // Commands queue work without waking a worker each; the wake-ups go out once per event-loop iteration.
     let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
@@ -143,6 +148,26 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     }
     raw::Status::Ok as c_int
 }
+
+/// Puts AI.CONFIG in @admin and @dangerous. The `admin` flag does not do it for module commands; Redis 7.2+
+/// and Valkey take the categories through `SetCommandACLCategories`. Redis 7.0 has no such call: there the
+/// AI.CONFIG handler checks that the caller may run CONFIG SET instead (`ADMIN_BY_CATEGORY`).
+fn admin_categories(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: Init filled the API table; ctx is the loading context; the strings are NUL-terminated.
+    let set = unsafe {
+        match (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandACLCategories) {
+            (Some(get), Some(set)) => {
+                let cmd = get(ctx, c"ai.config".as_ptr());
+                !cmd.is_null() && set(cmd, c"admin dangerous".as_ptr()) == raw::REDISMODULE_OK as c_int
+            }
+            _ => false,
+        }
+    };
+    ADMIN_BY_CATEGORY.store(set, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether AI.CONFIG is in @admin (else its handler checks the caller's right to CONFIG SET).
+pub static ADMIN_BY_CATEGORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Redis's event-loop hook (main thread): before it sleeps, wake the workers of the queues that got work.
 extern "C" fn before_sleep(
@@ -160,7 +185,10 @@ extern "C" fn before_sleep(
 fn module_dir() -> Option<String> {
     // SAFETY: dladdr only inspects the address of one of our own functions and fills `info`.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let addr = RedisModule_OnLoad as *const std::ffi::c_void;
+    // A private item: the exported RedisModule_OnLoad may resolve to another object's (Redis 8 builds modules
+    // such as vectorset into the server, and symbol interposition then points dladdr at redis-server).
+    static ANCHOR: u8 = 0;
+    let addr = std::ptr::addr_of!(ANCHOR) as *const std::ffi::c_void;
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }

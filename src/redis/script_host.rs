@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
+use super::acl;
 use super::keyspace::Key;
 use super::model_type::{ModelValue, MODEL_TYPE};
+use super::strings::OwnedStrings;
 use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::script::current_db;
+use crate::script::{current_caller, Caller};
 use crate::tensor::{DataType, Tensor};
 
 pub fn host_api() -> HostApi {
@@ -29,14 +31,14 @@ unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
     }
 }
 
-/// Runs `f` with a thread-safe context holding Redis's global lock, on the script's database.
-fn locked<R>(f: impl FnOnce(*mut raw::RedisModuleCtx) -> R) -> R {
+/// Runs `f` with a thread-safe context holding Redis's global lock, on the caller's database.
+fn locked<R>(caller: &Caller, f: impl FnOnce(*mut raw::RedisModuleCtx) -> R) -> R {
     // SAFETY: a detached thread-safe context may be created, locked and freed from any thread; it is
     // unlocked and freed before returning.
     unsafe {
         let ctx = raw::RedisModule_GetThreadSafeContext.expect("API initialised")(std::ptr::null_mut());
         raw::RedisModule_ThreadSafeContextLock.expect("API initialised")(ctx);
-        raw::RedisModule_SelectDb.expect("API initialised")(ctx, current_db());
+        raw::RedisModule_SelectDb.expect("API initialised")(ctx, caller.db);
         let r = f(ctx);
         raw::RedisModule_ThreadSafeContextUnlock.expect("API initialised")(ctx);
         raw::RedisModule_FreeThreadSafeContext.expect("API initialised")(ctx);
@@ -95,32 +97,41 @@ unsafe extern "C" fn redis_call(
         let (cmd, args) =
             unsafe { (bytes(&cmd), if nargs == 0 { &[][..] } else { std::slice::from_raw_parts(args, nargs) }) };
         let Ok(name) = CString::new(cmd) else { return b"-ERR bad command name\r\n".to_vec() };
-        locked(|ctx| {
-            // SAFETY: ctx is locked; strings are created and freed with it; "!v" takes a vector and its
-            // length and replicates the command, as RedisAI's redis.execute did.
+        // SAFETY: as above, each view is readable for the duration of this call.
+        let words: Vec<&[u8]> = std::iter::once(cmd).chain(args.iter().map(|a| unsafe { bytes(a) })).collect();
+        let caller = current_caller();
+        locked(&caller, |ctx| {
+            // The command name first: the ACL check looks the command (and subcommand) up from argv. Made and
+            // freed under the lock: a command may keep a reference to an argument (SET stores its value).
+            let argv = OwnedStrings::new(&words);
+            let mut out = Vec::new();
+            let checked = acl::check_command(caller.user.as_deref(), &argv)
+                .and_then(|()| allowed_in_scripts(ctx, &words).map_err(str::to_string));
+            if let Err(e) = checked {
+                out.extend_from_slice(format!("-{e}\r\n").as_bytes());
+                return out;
+            }
+            // "!" replicates the command, as RedisAI's redis.execute did; "M" refuses deny-oom commands past
+            // maxmemory; "W" refuses writes from a read-only command; "v" takes the argument vector. (Not "S",
+            // script mode: Valkey 9.1 crashes refusing a command with it; `allowed_in_scripts` does it.)
+            let flags = if caller.read_only { c"!vMW" } else { c"!vM" };
+            // SAFETY: ctx is locked; argv (after the command name) are live strings; the reply is freed here.
             unsafe {
-                let create = raw::RedisModule_CreateString.expect("API initialised");
-                let mut argv: Vec<*mut raw::RedisModuleString> =
-                    args.iter().map(|a| create(ctx, a.ptr as *const c_char, a.len)).collect();
                 let r = raw::RedisModule_Call.expect("API initialised")(
                     ctx,
                     name.as_ptr(),
-                    c"!v".as_ptr(),
-                    argv.as_mut_ptr(),
-                    argv.len(),
+                    flags.as_ptr(),
+                    argv.0[1..].as_ptr(),
+                    argv.0.len() - 1,
                 );
-                let mut out = Vec::new();
                 if r.is_null() {
-                    out.extend_from_slice(b"-ERR unknown command or wrong number of arguments\r\n");
+                    out.extend_from_slice(format!("-{}\r\n", call_error()).as_bytes());
                 } else {
                     encode(r, &mut out);
                     raw::free_call_reply(r);
                 }
-                for s in argv {
-                    raw::RedisModule_FreeString.expect("API initialised")(ctx, s);
-                }
-                out
             }
+            out
         })
     }))
     .unwrap_or_else(|_| b"-ERR internal error in redis.execute\r\n".to_vec());
@@ -133,8 +144,95 @@ unsafe extern "C" fn redis_call(
     0
 }
 
+/// Whether a command may run from a script, as Redis decides for Lua: not if it (or its subcommand) is flagged
+/// `noscript` (EVAL, MULTI, SUBSCRIBE, ...: EVAL would run Lua as the superuser), nor this module's own
+/// commands (they block their client, which a callback's context cannot). Looked up with COMMAND INFO under
+/// the global lock, and remembered per existing command (so the memory is bounded by Redis's command table).
+fn allowed_in_scripts(ctx: *mut raw::RedisModuleCtx, words: &[&[u8]]) -> std::result::Result<(), &'static str> {
+    const REFUSED: &str = "ERR This Redis command is not allowed from script";
+    let name = words[0].to_ascii_lowercase();
+    if name.starts_with(b"ai.") {
+        return Err(REFUSED);
+    }
+    let Some(container) = command_flags(ctx, &name) else { return Ok(()) };
+    if container.noscript {
+        return Err(REFUSED);
+    }
+    if let (true, Some(sub)) = (container.has_subcommands, words.get(1)) {
+        let full = [&name[..], b"|", &sub.to_ascii_lowercase()[..]].concat();
+        if command_flags(ctx, &full).is_some_and(|f| f.noscript) {
+            return Err(REFUSED);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct CommandFlags {
+    noscript: bool,
+    has_subcommands: bool,
+}
+
+/// COMMAND INFO `name` (cached), or `None` for a name Redis does not know (RedisModule_Call reports those).
+fn command_flags(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<CommandFlags> {
+    type Cache = parking_lot::Mutex<std::collections::HashMap<Vec<u8>, CommandFlags>>;
+    static CACHE: std::sync::LazyLock<Cache> = std::sync::LazyLock::new(Default::default);
+    if let Some(f) = CACHE.lock().get(name) {
+        return Some(*f);
+    }
+    let arg = OwnedStrings::new(&[b"INFO".as_slice(), name]);
+    // SAFETY: ctx is locked by the caller; the strings live across the call; the reply is freed here. The reply
+    // is [[name, arity, [flags...], first, last, step, categories, tips, key specs, [subcommands...]]].
+    let flags = unsafe {
+        let r = raw::RedisModule_Call.expect("API initialised")(
+            ctx,
+            c"COMMAND".as_ptr(),
+            c"v".as_ptr(),
+            arg.0.as_ptr(),
+            arg.0.len(),
+        );
+        if r.is_null() {
+            return None;
+        }
+        let info = raw::call_reply_array_element(r, 0);
+        let found = !info.is_null() && raw::call_reply_type(info) == raw::ReplyType::Array;
+        let array = |i| {
+            let e = if found { raw::call_reply_array_element(info, i) } else { std::ptr::null_mut() };
+            (!e.is_null() && raw::call_reply_type(e) == raw::ReplyType::Array).then_some(e)
+        };
+        let noscript = array(2).is_some_and(|list| {
+            (0..raw::call_reply_length(list)).any(|i| {
+                let mut len = 0usize;
+                let p = raw::call_reply_string_ptr(raw::call_reply_array_element(list, i), &mut len);
+                !p.is_null() && std::slice::from_raw_parts(p as *const u8, len) == b"noscript"
+            })
+        });
+        let has_subcommands = array(9).is_some_and(|subs| raw::call_reply_length(subs) > 0);
+        raw::free_call_reply(r);
+        found.then_some(CommandFlags { noscript, has_subcommands })
+    }?;
+    CACHE.lock().insert(name.to_vec(), flags);
+    Some(flags)
+}
+
+/// Why `RedisModule_Call` returned no reply (Redis reports it through errno), in Redis's words.
+fn call_error() -> &'static str {
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOENT) => "ERR unknown command",
+        Some(libc::EINVAL) => "ERR wrong number of arguments",
+        Some(libc::EACCES) => "NOPERM this user has no permissions to run this command or to access one of its keys",
+        Some(libc::ESPIPE) => "ERR This Redis command is not allowed from script",
+        Some(libc::ENOSPC) => "OOM command not allowed when used memory > 'maxmemory'.",
+        Some(libc::EROFS) => "ERR Write commands are not allowed from read-only scripts.",
+        Some(libc::ENETDOWN) | Some(libc::EPERM) => "ERR the command cannot run here (cluster or replica state)",
+        _ => "ERR the command could not be run",
+    }
+}
+
 fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<Tensor>> {
-    let model: Arc<Model> = locked(|ctx| {
+    let caller = current_caller();
+    let model: Arc<Model> = locked(&caller, |ctx| {
+        acl::check_read_key(caller.user.as_deref(), key).map_err(Error::Generic)?;
         let k = Key::open_name(ctx, key, false);
         k.get::<ModelValue>(&MODEL_TYPE)?.cloned().ok_or(Error::ModelKeyEmpty)
     })?;

@@ -1,4 +1,5 @@
-"""The DUMP payloads and replies recorded from the original RedisAI (shared/compat/redisai-dumps.json)."""
+"""The DUMP payloads and replies recorded from the original RedisAI (tests/data/redisai-dumps.json, described in
+tests/data/redisai-dumps.md; a copy of the project's compatibility fixtures, so that a clone tests on its own)."""
 import json
 import os
 
@@ -6,7 +7,7 @@ import pytest
 
 from conftest import REPO_ROOT
 
-DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT.parent / "shared" / "compat" / "redisai-dumps.json")
+DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT / "tests" / "data" / "redisai-dumps.json")
 
 
 def _recorded_cases():

@@ -9,7 +9,7 @@ full sync, and which RDB files load.
 (b) A replica that full-syncs from a master holding models of every backend, scripts and tensors serves the
     same data, and read-only DAGs give the same results on both.
 (c) RDB files load: one written by this module (SAVE, then SIGKILL and start), and one built here, byte by
-    byte, from the DUMP payloads recorded from the original RedisAI (shared/compat/redisai-dumps.json).
+    byte, from the DUMP payloads recorded from the original RedisAI (tests/data/redisai-dumps.json).
 """
 
 import os

@@ -1,6 +1,6 @@
 """Models across persistence and replication (spec §3.6-3.8): DEBUG RELOAD, SAVE + restart, AOF (command
 stream and rewrite), replicas, DUMP/RESTORE (our own payloads and the ONNX cases recorded from RedisAI in
-/work/shared/compat/redisai-dumps.json), MEMORY USAGE, and models whose backend is unavailable when they
+tests/data/redisai-dumps.json), MEMORY USAGE, and models whose backend is unavailable when they
 are loaded (kept; executing them replies the backend error)."""
 
 import time

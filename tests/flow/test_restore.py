@@ -1,4 +1,4 @@
-"""RESTORE of tensor DUMP payloads recorded from the original RedisAI (spec §3.6, /work/shared/compat).
+"""RESTORE of tensor DUMP payloads recorded from the original RedisAI (tests/data/redisai-dumps.json).
 
 For every tensor case of redisai-dumps.json: RESTORE the recorded payload and compare the recorded replies;
 DUMP it again from our module and RESTORE that (round trip, also across DEBUG RELOAD); our DUMP must carry

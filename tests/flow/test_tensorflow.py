@@ -8,7 +8,7 @@
 
 The module is loaded with `TF <path>` (REDISAI_TF_LIB, the libtensorflow_cc.so.2 of the tensorflow-cpu 2.21.0
 wheel) and `ONNX <path>` (REDISAI_ONNX_LIB) by conftest. Outputs are checked against numpy; the `m:tf` graph
-recorded from RedisAI (/work/shared/compat/redisai-dumps.json) is decoded here with a small protobuf reader and
+recorded from RedisAI (tests/data/redisai-dumps.json) is decoded here with a small protobuf reader and
 evaluated in numpy, so that its MODELEXECUTE output is checked against what the graph says it computes.
 
 Behaviour settled for this module (beyond RedisAI 1.2.7): INPUTS/OUTPUTS names may be `op:index`.

@@ -1,6 +1,6 @@
 """Shared helpers of the TORCH flow tests (test_torch.py, test_scripts.py): the TorchScript models of
 tests/data (tests/data/gen_torch.cpp), script sources and script calls, the cases recorded from RedisAI
-(/work/shared/compat/redisai-dumps.json), AOF readers and replication helpers. Not a test file.
+(tests/data/redisai-dumps.json), AOF readers and replication helpers. Not a test file.
 
 Committed models (tests/data/gen_torch.cpp):
   torch_add.pt          forward(a, b) = a + b

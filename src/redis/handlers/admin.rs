@@ -25,7 +25,24 @@ pub fn info(c: &Cmd) -> Result<()> {
 }
 
 pub fn config(c: &Cmd) -> Result<()> {
-    match parse_config(&c.args)? {
+    if !crate::redis::module::ADMIN_BY_CATEGORY.load(std::sync::atomic::Ordering::Relaxed) {
+        // Redis 7.0 cannot put a module command in @admin: allow AI.CONFIG to those who may CONFIG SET.
+        let user = crate::redis::acl::current_user(c.ctx);
+        let argv = crate::redis::strings::OwnedStrings::new(&["CONFIG", "SET", "dir", "."]);
+        crate::redis::acl::check_command(user.as_deref(), &argv).map_err(|_| {
+            let name = String::from_utf8_lossy(user.as_deref().unwrap_or_default()).into_owned();
+            Error::Plain(format!("NOPERM User {name} has no permissions to run the 'ai.config' command"))
+        })?;
+    }
+    let parsed = parse_config(&c.args)?;
+    if matches!(parsed, ConfigCmd::LoadBackend(..) | ConfigCmd::BackendsPath(_))
+        && !CONFIG.read().runtime_backend_loading
+    {
+        return Err(Error::Generic(
+            "AI.CONFIG LOADBACKEND and BACKENDSPATH are disabled (load-time option RUNTIME_BACKEND_LOADING no)".into(),
+        ));
+    }
+    match parsed {
         ConfigCmd::LoadBackend(b, path) => backends::load_backend_library(b, &path)?,
         ConfigCmd::BackendsPath(p) => CONFIG.write().backends_path = Some(p),
         ConfigCmd::ModelChunkSize(n) => CONFIG.write().model_chunk_size = n,

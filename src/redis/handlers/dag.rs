@@ -5,6 +5,7 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use super::persist::write_outputs;
+use super::shared::set_caller;
 use super::Cmd;
 use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind, Resolver};
 use crate::commands::tensor::tensor_reply;
@@ -54,7 +55,7 @@ fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
     crate::redis::memory::check_room(c.ctx, dag_zero_filled_bytes(&c.args))?;
     let mut plan = parse_dag(&c.args, kind, &Keyspace(c.ctx))?;
-    plan.db = c.db();
+    set_caller(c, &mut plan, matches!(kind, DagKind::ExecuteRo | DagKind::RunRo));
     for op in &plan.ops {
         queues()
             .get(&op.device)

@@ -39,8 +39,21 @@ impl Cmd<'_> {
     }
 }
 
-/// Key positions for the getkeys-api callback (cluster routing, COMMAND GETKEYS).
-pub type KeyPositions = fn(&[&[u8]]) -> Vec<usize>;
+use crate::commands::{KeyAccess, KeyPositions};
+
+/// The key-spec flags Redis checks ACL selectors and cluster routing against.
+fn key_flags(access: KeyAccess) -> c_int {
+    let f = match access {
+        KeyAccess::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        KeyAccess::Write => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        KeyAccess::ReadWrite => {
+            raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE
+        }
+        KeyAccess::Delete => raw::REDISMODULE_CMD_KEY_RM | raw::REDISMODULE_CMD_KEY_DELETE,
+        KeyAccess::Route => raw::REDISMODULE_CMD_KEY_RO,
+    };
+    f as c_int
+}
 
 /// The body shared by every registered command.
 pub fn run_command(
@@ -71,9 +84,16 @@ pub fn run_command(
         if let Some(keys) = keys {
             // SAFETY: ctx is the live context of this call.
             if unsafe { raw::RedisModule_IsKeysPositionRequest.expect("API initialised")(ctx) } != 0 {
-                for pos in keys(&cmd.args) {
-                    // SAFETY: as above; pos is within argv.
-                    unsafe { raw::RedisModule_KeyAtPos.expect("API initialised")(ctx, pos as c_int) };
+                for (pos, access) in keys(&cmd.args) {
+                    // SAFETY: as above; pos is within argv. Every command is registered with getkeys-api, so
+                    // these flags (not a legacy full-access key spec) are what ACL selectors are checked against.
+                    unsafe {
+                        raw::RedisModule_KeyAtPosWithFlags.expect("API initialised")(
+                            ctx,
+                            pos as c_int,
+                            key_flags(access),
+                        )
+                    };
                 }
                 return;
             }
@@ -108,23 +128,24 @@ macro_rules! entry_points {
 use crate::commands::dag::dag_key_positions;
 use crate::commands::model::{modelexecute_key_positions, modelrun_key_positions};
 use crate::commands::script::{scriptexecute_key_positions, scriptrun_key_positions};
+use crate::commands::{first_key_delete, first_key_read, first_key_write};
 
 entry_points! {
-    ai_tensorset => tensor::tensorset;
-    ai_tensorget => tensor::tensorget;
-    ai_modelstore => model::modelstore;
-    ai_modelset => model::modelset;
-    ai_modelget => model::modelget;
-    ai_modeldel => model::modeldel;
+    ai_tensorset => tensor::tensorset, keys first_key_write;
+    ai_tensorget => tensor::tensorget, keys first_key_read;
+    ai_modelstore => model::modelstore, keys first_key_write;
+    ai_modelset => model::modelset, keys first_key_write;
+    ai_modelget => model::modelget, keys first_key_read;
+    ai_modeldel => model::modeldel, keys first_key_delete;
     ai_modelexecute => model::modelexecute, keys modelexecute_key_positions;
     ai_modelrun => model::modelrun, keys modelrun_key_positions;
     ai_modelscan => admin::modelscan;
-    ai_info => admin::info;
+    ai_info => admin::info, keys first_key_read;
     ai_config => admin::config;
-    ai_scriptstore => script::scriptstore;
-    ai_scriptset => script::scriptset;
-    ai_scriptget => script::scriptget;
-    ai_scriptdel => script::scriptdel;
+    ai_scriptstore => script::scriptstore, keys first_key_write;
+    ai_scriptset => script::scriptset, keys first_key_write;
+    ai_scriptget => script::scriptget, keys first_key_read;
+    ai_scriptdel => script::scriptdel, keys first_key_delete;
     ai_scriptexecute => script::scriptexecute, keys scriptexecute_key_positions;
     ai_scriptrun => script::scriptrun, keys scriptrun_key_positions;
     ai_scriptscan => admin::scriptscan;

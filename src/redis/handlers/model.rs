@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{ensure_queue, reply_single_op, store_in_background};
+use super::shared::{ensure_queue, reply_single_op, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
     concat, modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset_head, parse_modelstore_head, ExecuteArgs,
@@ -106,6 +106,7 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     let device = model.spec.device.queue_key();
     ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
+    set_caller(c, &mut plan, false);
     let blocked = Blocked::new(c.ctx)?;
     Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{ensure_queue, reply_single_op, store_in_background};
+use super::shared::{ensure_queue, reply_single_op, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::script::{
     parse_scriptexecute, parse_scriptrun, parse_scriptset, parse_scriptstore, scriptget_reply, ScriptCall,
@@ -84,7 +84,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     let script =
         Key::open(c.ctx, c.raw[1], false).get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?.clone();
     let call = parse(&c.args)?;
-    let mut plan = Plan { timeout: call.timeout, db: c.db(), ..Plan::default() };
+    let mut plan = Plan { timeout: call.timeout, ..Plan::default() };
     let mut inputs = Vec::with_capacity(call.inputs.len());
     for key in &call.inputs {
         let t =
@@ -98,6 +98,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     let device = script.queue_key();
     ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });
+    set_caller(c, &mut plan, false);
     let blocked = Blocked::new(c.ctx)?;
     Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
 }

@@ -111,3 +111,10 @@ pub fn reply_single_op(ctx: *mut raw::RedisModuleCtx, run: &Run) {
         Err(e) => error(ctx, &e.reply_text()),
     }
 }
+
+/// Whom the run acts for: the client's database and, when it runs TorchScript (whose callbacks reach Redis),
+/// the client's ACL user. Call it once the plan's ops are known.
+pub fn set_caller(c: &Cmd, plan: &mut crate::exec::dag::Plan, read_only: bool) {
+    let user = if plan.runs_torchscript() { crate::redis::acl::current_user(c.ctx) } else { None };
+    plan.caller = crate::script::Caller { db: c.db(), user, read_only };
+}

@@ -1,0 +1,27 @@
+//! Model admission: every serialized model is checked before a backend sees it, on every way in (MODELSTORE,
+//! MODELSET, RESTORE, RDB/AOF load, replication all end in `backends::load_model`). Models are untrusted input:
+//! a model that could reach the server's files, network or processes, or load code, is refused with an error
+//! that names what was found. The checks are pure parsing (no backend library needed) so that they also run
+//! where the backend is missing, and unit tests exercise them without a server. TORCH is checked inside the
+//! backend library (the TorchScript graphs only exist after libtorch has read the archive).
+//! See docs/security.md for the threat model and what each check refuses and why.
+
+pub mod onnx;
+pub mod protobuf;
+pub mod tensorflow;
+pub mod tflite;
+
+use crate::error::{Error, Result};
+use crate::model::BackendKind;
+
+/// Refuses a model whose bytes ask for something a client that may store models must not get.
+pub fn check(backend: BackendKind, blob: &[u8]) -> Result<()> {
+    let refused = match backend {
+        BackendKind::Onnx => onnx::check(blob),
+        BackendKind::Tf => tensorflow::check(blob),
+        BackendKind::TfLite => tflite::check(blob),
+        // Checked by the backend library once libtorch has parsed the archive (torch/src/shim.cpp).
+        BackendKind::Torch => Ok(()),
+    };
+    refused.map_err(Error::Generic)
+}
