@@ -39,12 +39,13 @@ export REDISAI_TFLITE_LIB_DIR := $(TFLITE_DIR)/lib
 TORCH_DIR := $(shell scripts/fetch-backend.sh --dir torch)
 export LIBTORCH := $(TORCH_DIR)
 
-# Run again on the alternative servers (Redis 8.2, Valkey 9.1).
-MATRIX_TESTS := tests/flow/test_tensor.py tests/flow/test_restore.py
 PYTEST_ARGS ?= -q
-PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB)
+DIST_DIR := $(CURDIR)/target/dist
+DIST_TARBALL = $(DIST_DIR)/redisai-rs-$(shell awk -F'"' '/^version = / { print $$2; exit }' Cargo.toml)-linux-x86_64.tar.gz
+PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB) \
+  REDISAI_DIST=$(DIST_TARBALL)
 
-.PHONY: help build run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
+.PHONY: help build dist run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
@@ -67,21 +68,21 @@ build: fetch-backends ## Build target/release/libredisai.so and its TORCH backen
 	cargo build --release --workspace
 	test -f $(MODULE) && test -f $(dir $(MODULE))libredisai_torch.so
 
+dist: build ## Tarball in RedisAI's layout (redisai.so + backends/redisai_<backend>/) in target/dist
+	scripts/dist.sh $(DIST_DIR)
+
 run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 \
 	  --loadmodule $(MODULE) ONNX $(ORT_LIB) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
-test: build venv ## Unit tests, flow tests on Redis 7.0, tensor tests on Redis 8.2 and Valkey 9.1
+test: build venv dist ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
 	servers=$$(scripts/servers.sh $(VENV)); eval "$$servers"; \
 	export $(PYTEST_ENV); \
-	REDIS_SERVER=$$redis70 scripts/run-pytest.sh "$$($$redis70 --version)" \
-	  $(PYTEST_ARGS) tests/flow; \
-	REDIS_SERVER=$$REDIS82_SERVER scripts/run-pytest.sh "$$($$REDIS82_SERVER --version)" \
-	  $(PYTEST_ARGS) $(MATRIX_TESTS); \
-	REDIS_SERVER=$$VALKEY91_SERVER scripts/run-pytest.sh "$$($$VALKEY91_SERVER --version)" \
-	  $(PYTEST_ARGS) $(MATRIX_TESTS)
+	for server in $$redis70 $$REDIS82_SERVER $$VALKEY91_SERVER; do \
+	  REDIS_SERVER=$$server scripts/run-pytest.sh "$$($$server --version)" $(PYTEST_ARGS) tests/flow; \
+	done
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
 	$(PYTEST_ENV) $(PYTHON) bench/bench.py
@@ -116,7 +117,7 @@ leakcheck-build: fetch-backends ## Build the module with the system allocator in
 leakcheck: venv $(if $(filter $(CURDIR)/$(LEAKCHECK_DIR)/%,$(LEAKCHECK_MODULE)),leakcheck-build) ## ~1.5 min ONNX workload under valgrind: fails on definite leaks or memory errors
 	$(PYTEST_ENV) REDISAI_MODULE=$(LEAKCHECK_MODULE) $(PYTHON) tests/reliability/leakcheck.py $(SEED_ARG)
 
-lint: ## cargo fmt --check and clippy with warnings as errors
+lint: fetch-backends ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 

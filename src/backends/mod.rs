@@ -175,13 +175,15 @@ impl<T> LibrarySlot<T> {
         LibrarySlot { backend, slot: parking_lot::Mutex::new(None) }
     }
 
-    /// The library, opened from the load-time path (`<BACKEND> <path>`) or else `default` the first time.
+    /// The library, opened the first time from the load-time path (`<BACKEND> <path>`), else RedisAI's layout
+    /// under BACKENDSPATH (`redisai_<backend>/redisai_<backend>.so`, what `make dist` ships) if it is there,
+    /// else `default` (the build's backend cache).
     pub fn get(&self, default: Option<String>, open: impl FnOnce(&str) -> Result<T>) -> Result<Arc<T>> {
         let mut slot = self.slot.lock();
         if let Some(lib) = slot.as_ref() {
             return Ok(lib.clone());
         }
-        let path = given_path(self.backend).or(default).ok_or_else(|| {
+        let path = given_path(self.backend).or_else(|| layout_path(self.backend)).or(default).ok_or_else(|| {
             Error::Generic(format!(
                 "Could not load backend {0}: no library path (load-time argument {0} <path>)",
                 self.backend
@@ -206,6 +208,24 @@ impl<T> LibrarySlot<T> {
     pub fn loaded(&self) -> Option<Arc<T>> {
         self.slot.lock().clone()
     }
+}
+
+/// RedisAI's name for a backend's directory and library under BACKENDSPATH.
+pub fn layout_name(backend: &str) -> Option<&'static str> {
+    match backend {
+        "TF" => Some("redisai_tensorflow"),
+        "TFLITE" => Some("redisai_tflite"),
+        "TORCH" => Some("redisai_torch"),
+        "ONNX" => Some("redisai_onnxruntime"),
+        _ => None,
+    }
+}
+
+/// `<BACKENDSPATH>/redisai_<backend>/redisai_<backend>.so`, if that file exists.
+fn layout_path(backend: &str) -> Option<String> {
+    let name = layout_name(backend)?;
+    let path = resolve_path(&format!("{name}/{name}.so"));
+    std::path::Path::new(&path).is_file().then_some(path)
 }
 
 /// The library path given at load time for `backend`, if any.

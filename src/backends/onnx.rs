@@ -82,7 +82,15 @@ fn library_version(path: &str) -> Option<String> {
 }
 
 fn backend_err(e: impl std::fmt::Display) -> Error {
-    Error::Plain(e.to_string())
+    Error::Plain(redisai_wording(&e.to_string()))
+}
+
+/// ONNX Runtime's messages in the wording RedisAI's runtime (1.11) used, where a newer runtime reworded them:
+/// clients and tests match substrings of these texts.
+fn redisai_wording(msg: &str) -> String {
+    const REWORDED: &[(&str, &str)] =
+        &[("Please fix either the inputs/outputs or the model.", "Please fix either the inputs or the model")];
+    REWORDED.iter().fold(msg.to_string(), |m, (new, old)| m.replace(new, old))
 }
 
 pub struct OnnxModel {
@@ -217,8 +225,10 @@ fn to_value(t: &Tensor) -> Result<DynValue> {
 }
 
 fn from_value(v: &DynValue) -> Result<Tensor> {
-    let ValueType::Tensor { ty, .. } = v.dtype() else {
-        return Err(Error::Plain("ONNX model returned a non-tensor output".into()));
+    let ty = match v.dtype() {
+        ValueType::Tensor { ty, .. } => *ty,
+        ValueType::Sequence(inner) if matches!(**inner, ValueType::Map { .. }) => return probabilities(v),
+        _ => return Err(Error::Plain("ONNX model returned a non-tensor output".into())),
     };
     macro_rules! prim {
         ($ty:ty, $dt:expr) => {{
@@ -254,5 +264,59 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
             Tensor::from_blob(DataType::String, shape.to_vec(), &bytes)
         }
         other => Err(Error::Plain(format!("ONNX model returned a tensor of unsupported type {other:?}"))),
+    }
+}
+
+/// A sequence of maps from class to probability (scikit-learn classifiers converted with `ZipMap`) as a FLOAT
+/// tensor [N, classes]: row i is map i, classes in ONNX Runtime's map order (ascending keys, the order of
+/// scikit-learn's `classes_`). RedisAI skipped such outputs; its users then had to convert without ZipMap.
+fn probabilities(v: &DynValue) -> Result<Tensor> {
+    let maps = v.try_extract_sequence::<ort::value::DynMapValueType>().map_err(backend_err)?;
+    let mut classes: Option<Vec<String>> = None;
+    let mut data = Vec::new();
+    for m in &maps {
+        let ValueType::Map { key, value } = m.dtype() else {
+            return Err(Error::Plain("ONNX model returned a non-tensor output".into()));
+        };
+        let row: Vec<(String, f32)> = match (key, value) {
+            (TensorElementType::Int64, TensorElementType::Float32) => m
+                .try_extract_key_values::<i64, f32>()
+                .map_err(backend_err)?
+                .into_iter()
+                .map(|(k, p)| (k.to_string(), p))
+                .collect(),
+            (TensorElementType::String, TensorElementType::Float32) => {
+                m.try_extract_key_values::<String, f32>().map_err(backend_err)?
+            }
+            _ => {
+                return Err(Error::Plain(format!(
+                    "ONNX model returned a map of {key} to {value}; only maps to float probabilities are supported"
+                )))
+            }
+        };
+        let keys: Vec<String> = row.iter().map(|(k, _)| k.clone()).collect();
+        match &classes {
+            Some(c) if *c != keys => {
+                return Err(Error::Plain("ONNX model returned probability maps with different classes".into()))
+            }
+            Some(_) => {}
+            None => classes = Some(keys),
+        }
+        data.extend(row.iter().flat_map(|(_, p)| p.to_le_bytes()));
+    }
+    let width = classes.map_or(0, |c| c.len());
+    Tensor::from_blob(DataType::Float, vec![maps.len() as i64, width as i64], &data)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn messages_keep_redisais_wording() {
+        assert_eq!(
+            super::redisai_wording(
+                "Invalid rank for input: X Got: 1 Expected: 2 Please fix either the inputs/outputs or the model."
+            ),
+            "Invalid rank for input: X Got: 1 Expected: 2 Please fix either the inputs or the model"
+        );
     }
 }

@@ -123,8 +123,8 @@ proptest! {
         let _ = model::parse_modelstore(&a);
         let _ = model::parse_modelset(&a);
         let _ = config::parse_config(&a);
-        let _ = model::modelexecute_key_positions(&a);
-        let _ = model::modelrun_key_positions(&a);
+        assert!(model::modelexecute_key_positions(&a).iter().all(|&(k, _)| k < a.len()));
+        assert!(model::modelrun_key_positions(&a).iter().all(|&(k, _)| k < a.len()));
         if a.len() >= 3 {
             let _ = model::parse_modelexecute(&a, ni, no);
             let _ = model::parse_modelrun(&a, ni, no);
@@ -136,8 +136,8 @@ proptest! {
         let a = refs(&v);
         let _ = script::parse_scriptstore(&a);
         let _ = script::parse_scriptset(&a);
-        let _ = script::scriptexecute_key_positions(&a);
-        let _ = script::scriptrun_key_positions(&a);
+        assert!(script::scriptexecute_key_positions(&a).iter().all(|&(k, _)| k < a.len()));
+        assert!(script::scriptrun_key_positions(&a).iter().all(|&(k, _)| k < a.len()));
         if a.len() >= 3 {
             let _ = script::parse_scriptexecute(&a, false);
             let _ = script::parse_scriptexecute(&a, true);
@@ -151,7 +151,7 @@ proptest! {
         for kind in [dag::DagKind::Execute, dag::DagKind::ExecuteRo, dag::DagKind::Run, dag::DagKind::RunRo] {
             let _ = dag::parse_dag(&a, kind, &Fake);
         }
-        let _ = dag::dag_key_positions(&a);
+        assert!(dag::dag_key_positions(&a).iter().all(|&(k, _)| k < a.len()));
     }
 
     #[test]

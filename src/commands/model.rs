@@ -352,8 +352,8 @@ pub fn modelrun_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
     let mut keys = vec![(1, KeyAccess::Read)];
     if let Some(i) = argv.iter().position(|a| is_keyword(a, "INPUTS")) {
         let mut access = KeyAccess::Read;
-        for p in i + 1..argv.len() {
-            if is_keyword(argv[p], "OUTPUTS") {
+        for (p, a) in argv.iter().enumerate().skip(i + 1) {
+            if is_keyword(a, "OUTPUTS") {
                 access = KeyAccess::Write;
             } else {
                 keys.push((p, access));

@@ -255,6 +255,7 @@ pub fn scriptexecute_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
         }
         pos = end;
     }
+    keys.retain(|&(k, _)| k < argv.len());
     keys
 }
 
@@ -280,6 +281,7 @@ pub fn scriptrun_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
         }
         pos += 1;
     }
+    keys.retain(|&(k, _)| k < argv.len());
     keys
 }
 

@@ -69,10 +69,11 @@ pub fn flush_wakeups() {
 }
 
 /// The CPU-time clock of the calling thread.
-fn thread_cpu_clock() -> Option<libc::clockid_t> {
+fn thread_cpu_clock(thread: libc::pthread_t) -> Option<libc::clockid_t> {
     let mut clock: libc::clockid_t = 0;
-    // SAFETY: pthread_self() is the calling thread; the call only writes `clock`.
-    (unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0).then_some(clock)
+    // SAFETY: `thread` is a live thread (just spawned, never joined: workers run until exit); the call only
+    // writes `clock`.
+    (unsafe { libc::pthread_getcpuclockid(thread, &mut clock) } == 0).then_some(clock)
 }
 
 /// CPU time consumed so far by the thread owning `clock`, in seconds and microseconds.
@@ -141,9 +142,6 @@ impl Queue {
     }
 
     fn work(self: Arc<Self>) {
-        if let Some(clock) = thread_cpu_clock() {
-            self.clocks.lock().push(clock);
-        }
         loop {
             let work = self.next_work();
             // Ops catch their own panics; this only guards the bookkeeping around them.
@@ -253,7 +251,11 @@ impl Queues {
         for i in 0..self.threads_per_queue {
             let worker = q.clone();
             // Thread names are limited to 15 bytes by Linux; keep the device visible in `top -H`.
-            std::thread::Builder::new().name(format!("ai:{device}:{i}")).spawn(move || worker.work())?;
+            let handle = std::thread::Builder::new().name(format!("ai:{device}:{i}")).spawn(move || worker.work())?;
+            // Registered by the spawner, so that INFO right after the queue's creation lists every worker.
+            if let Some(clock) = thread_cpu_clock(std::os::unix::thread::JoinHandleExt::as_pthread_t(&handle)) {
+                q.clocks.lock().push(clock);
+            }
             self.workers.fetch_add(1, Ordering::Relaxed);
         }
         map.insert(device.to_string(), q.clone());

@@ -36,6 +36,14 @@ impl Blocked {
         Ok(())
     }
 
+    /// Whether the command came from the primary (replication) or the AOF: such a client is never blocked
+    /// (Valkey refuses to block its primary's client; Redis 7 allows it), so work is done inline.
+    pub fn from_replication(ctx: *mut raw::RedisModuleCtx) -> bool {
+        // SAFETY: ctx is the live context of the running command (main thread).
+        let flags = unsafe { raw::RedisModule_GetContextFlags.expect("API initialised")(ctx) } as u32;
+        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
     /// Blocks the calling client.
     pub fn new(ctx: *mut raw::RedisModuleCtx) -> Result<Blocked> {
         Blocked::check_can_block(ctx)?;

@@ -37,8 +37,6 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_field_long_long(ctx, "backend_memory_limit", c.backend_memory_limit_mb as i64);
 
         raw::add_info_section(ctx, Some("backends_info"));
-        // The bound in force (BACKEND_MEMORY_LIMIT, or the default derived from maxmemory / the machine).
-        raw::add_info_field_long_long(ctx, "backend_memory_bound", c.backend_memory_bound() as i64);
         let versions = crate::backends::loaded_versions();
         for (field, version) in &versions {
             raw::add_info_field_str(ctx, field, version);
@@ -76,5 +74,7 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         // Our own version, in a section of its own after RedisAI's five (tools index those by position).
         raw::add_info_section(ctx, Some("redisai_rs"));
         raw::add_info_field_str(ctx, "redisai_rs_version", env!("CARGO_PKG_VERSION"));
+        // The backend memory bound in force (BACKEND_MEMORY_LIMIT, or the default from maxmemory / the machine).
+        raw::add_info_field_long_long(ctx, "backend_memory_bound", c.backend_memory_bound() as i64);
     }));
 }

@@ -186,6 +186,16 @@ def _fmt_cmd(cmd):
     return " ".join(shown)
 
 
+def module_names(module_list):
+    """The names in a MODULE LIST reply (Valkey 9 lists its built-in `lua` module too)."""
+    names = []
+    for entry in module_list:
+        fields = dict(zip(entry[::2], entry[1::2]))
+        name = fields.get(b"name", fields.get("name"))
+        names.append(name.decode() if isinstance(name, bytes) else name)
+    return names
+
+
 def check_error(con, msg, *cmd):
     """The command must raise redis.exceptions.ResponseError with str(e) == msg.
 

@@ -88,7 +88,7 @@ def test_info_modules_fields_are_redisais(shared_server, con):
     for f in ("ai_self_used_cpu_sys", "ai_self_used_cpu_user", "ai_children_used_cpu_sys",
               "ai_children_used_cpu_user", "ai_queue_CPU_bthread_n1_used_cpu_total"):
         assert f in cpu, (f, list(cpu))
-    assert list(sections["ai_redisai_rs"]) == ["ai_redisai_rs_version"]
+    assert list(sections["ai_redisai_rs"]) == ["ai_redisai_rs_version", "ai_backend_memory_bound"]
 
 
 def test_module_finds_its_own_directory(shared_server, con):
@@ -103,3 +103,40 @@ def test_module_finds_its_own_directory(shared_server, con):
     set_tensor(con, "a", np.array([1.0], dtype=np.float32))
     con.execute_command("AI.SCRIPTEXECUTE", "s", "f", "INPUTS", 1, "a", "OUTPUTS", 1, "b")
     assert get_tensor(con, "b").tolist() == [2.0]
+
+
+def sklearn_style_classifier():
+    """What skl2onnx makes of a logistic regression: output 0 the labels, output 1 (ZipMap) a sequence of maps
+    from class to probability. Weights: class 1 scores x0 - x1, class 0 the opposite; softmax post-transform."""
+    import onnx
+    from onnx import TensorProto, helper
+    nodes = [
+        helper.make_node("LinearClassifier", ["X"], ["label", "probs"], domain="ai.onnx.ml",
+                         coefficients=[-1.0, 1.0, 1.0, -1.0], intercepts=[0.0, 0.0], classlabels_ints=[0, 1],
+                         post_transform="SOFTMAX"),
+        helper.make_node("ZipMap", ["probs"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]),
+    ]
+    seq_map = helper.make_sequence_type_proto(helper.make_map_type_proto(TensorProto.INT64,
+                                                                         helper.make_tensor_type_proto(
+                                                                             TensorProto.FLOAT, [])))
+    graph = helper.make_graph(nodes, "clf", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 2])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, ["n"]),
+                               helper.make_value_info("probabilities", seq_map)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def test_zipmap_probabilities_become_a_float_tensor(con):
+    con.execute_command("AI.MODELSTORE", "clf", "ONNX", "CPU", "BLOB", sklearn_style_classifier())
+    x = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
+    set_tensor(con, "x", x)
+    con.execute_command("AI.MODELEXECUTE", "clf", "INPUTS", 1, "x", "OUTPUTS", 2, "label", "probs")
+    assert get_tensor(con, "label").tolist() == [1, 0, 0]
+    probs = get_tensor(con, "probs")
+    assert probs.shape == (3, 2)
+    score = x[:, 0] - x[:, 1]
+    p1 = np.exp(score) / (np.exp(score) + np.exp(-score))
+    np.testing.assert_allclose(probs[:, 1], p1, rtol=1e-5)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)

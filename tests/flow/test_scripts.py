@@ -105,8 +105,8 @@ def scriptget_full(device, tag, entry_points, source):
 def scriptstore_parse_cases():
     s = BAR_SRC
     return [
-        (arity("AI.SCRIPTSTORE"), ["AI.SCRIPTSTORE", "s", "CPU"]),
-        (arity("AI.SCRIPTSTORE"), ["AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "bar", "SOURCE"]),
+        (arity("ai.scriptstore"), ["AI.SCRIPTSTORE", "s", "CPU"]),
+        (arity("ai.scriptstore"), ["AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "bar", "SOURCE"]),
         ("ERR Insufficient arguments, missing script entry points",
          ["AI.SCRIPTSTORE", "s", "CPU", "TAG", "t", "SOURCE", s, "x"]),
         ("ERR Insufficient arguments, missing script entry points",

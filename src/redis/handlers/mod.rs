@@ -84,7 +84,9 @@ pub fn run_command(
         if let Some(keys) = keys {
             // SAFETY: ctx is the live context of this call.
             if unsafe { raw::RedisModule_IsKeysPositionRequest.expect("API initialised")(ctx) } != 0 {
-                for (pos, access) in keys(&cmd.args) {
+                // A position past argv would make the server read past it (Valkey crashed on `AI.SCRIPTEXECUTE`
+                // alone): the position functions must not return one, and this filter makes sure.
+                for (pos, access) in keys(&cmd.args).into_iter().filter(|&(p, _)| p < cmd.args.len()) {
                     // SAFETY: as above; pos is within argv. Every command is registered with getkeys-api, so
                     // these flags (not a legacy full-access key spec) are what ACL selectors are checked against.
                     unsafe {

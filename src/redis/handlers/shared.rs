@@ -41,8 +41,8 @@ impl ArgBytes {
 }
 
 /// Runs `build` (given the key and the command's arguments) on a background thread while only this client
-/// waits, then `commit`s on the main thread. Inside MULTI or Lua nothing may block, so it is built inline
-/// there, as RedisAI always did.
+/// waits, then `commit`s on the main thread. Inside MULTI or Lua nothing may block, and a replica is not
+/// blocked on its primary's stream (nor the AOF loader): there it is built inline, as RedisAI always did.
 pub fn store_in_background<V: Send + 'static>(
     c: &Cmd,
     what: &'static str,
@@ -51,7 +51,7 @@ pub fn store_in_background<V: Send + 'static>(
 ) -> Result<()> {
     let key = c.args[1].to_vec();
     let argv = OwnedStrings::retain(c.raw);
-    if Blocked::check_can_block(c.ctx).is_err() {
+    if Blocked::check_can_block(c.ctx).is_err() || Blocked::from_replication(c.ctx) {
         finish_store(c.ctx, &key, build(&key, &c.args), commit, argv);
         return Ok(());
     }
