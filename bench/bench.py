@@ -7,6 +7,8 @@
 4. A DAG with two equal compute-heavy branches on CPU and CPU:1 against the same DAG with both on CPU
    (INTRA_OP_PARALLELISM 1, so each branch uses one core).
 5. A compute-bound model (heavy.onnx, one row per request) at 16 clients with and without BATCHSIZE 16.
+6. used_memory per small tensor key (FLOAT [4]) over 100,000 keys, against a 16-byte string key (SET).
+7. Main-thread time of AI.TENSORSET with a 16 MB BLOB against SET of the same 16 MB (INFO commandstats).
 """
 import argparse
 import csv
@@ -249,6 +251,54 @@ def bench_batching(requests, clients=16):
     print("batched/unbatched throughput: %.2f (target >= 2)" % (batched[0] / plain[0]))
 
 
+def used_memory(server):
+    info = server.cli("INFO", "memory")
+    return int(next(line.split(":")[1] for line in info.splitlines() if line.startswith("used_memory:")))
+
+
+def bench_tensor_memory(keys):
+    """Bytes of used_memory per key: AI.TENSORSET t FLOAT 4 VALUES 1 2 3 4, and SET of the same 16 bytes."""
+    import redis
+    srv = Server()
+    try:
+        c = redis.Redis(port=srv.port)
+        per_key = {}
+        for name, cmd in (("SET 16-byte string", lambda p, i: p.set(f"s:{i}", b"\0" * 16)),
+                          ("AI.TENSORSET FLOAT [4]", lambda p, i: p.execute_command(
+                              "AI.TENSORSET", f"t:{i}", "FLOAT", 4, "VALUES", 1, 2, 3, 4))):
+            before = used_memory(srv)
+            for start in range(0, keys, 1000):
+                p = c.pipeline(transaction=False)
+                for i in range(start, min(keys, start + 1000)):
+                    cmd(p, i)
+                p.execute()
+            per_key[name] = (used_memory(srv) - before) / keys
+        for name, b in per_key.items():
+            print(f"tensor memory: {name}: {b:.1f} bytes per key over {keys} keys")
+        t, s_ = per_key["AI.TENSORSET FLOAT [4]"], per_key["SET 16-byte string"]
+        print(f"tensor memory: tensor key / string key = {t / s_:.2f} (target: tensor key <= 200 bytes)")
+    finally:
+        srv.stop()
+
+
+def bench_blob(runs, mb=16):
+    """usec_per_call (main thread, Redis's own accounting) of TENSORSET ... BLOB <mb MB> and SET of the same."""
+    import redis
+    srv = Server()
+    try:
+        c = redis.Redis(port=srv.port)
+        payload = os.urandom(mb << 20)
+        for _ in range(runs):
+            c.execute_command("AI.TENSORSET", "t", "UINT8", len(payload), "BLOB", payload)
+            c.set("s", payload)
+        stats = c.info("commandstats")
+        tset, sset = stats["cmdstat_ai.tensorset"]["usec_per_call"], stats["cmdstat_set"]["usec_per_call"]
+        print(f"blob: TENSORSET {mb} MB BLOB {tset:.0f} us, SET {mb} MB {sset:.0f} us per call (main thread), "
+              f"ratio {tset / sset:.2f} over {runs} runs each (target <= 1.2)")
+    finally:
+        srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200000)
@@ -257,14 +307,24 @@ def main():
     ap.add_argument("--heavy-runs", type=int, default=20)
     ap.add_argument("--heavy-batch", type=int, default=256)
     ap.add_argument("--batch-requests", type=int, default=20000)
+    ap.add_argument("--memory-keys", type=int, default=100000)
+    ap.add_argument("--blob-runs", type=int, default=30)
+    ap.add_argument("--only", help="run one benchmark: execute, idle, dag, devices, batching, memory, blob")
     a = ap.parse_args()
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
-    bench_execute(a.requests)
-    bench_idle(a.idle_seconds)
-    bench_dag_vs_commands(a.dag_runs)
-    bench_two_devices(a.heavy_runs, a.heavy_batch)
-    bench_batching(a.batch_requests)
+    benches = {
+        "execute": lambda: bench_execute(a.requests),
+        "idle": lambda: bench_idle(a.idle_seconds),
+        "dag": lambda: bench_dag_vs_commands(a.dag_runs),
+        "devices": lambda: bench_two_devices(a.heavy_runs, a.heavy_batch),
+        "batching": lambda: bench_batching(a.batch_requests),
+        "memory": lambda: bench_tensor_memory(a.memory_keys),
+        "blob": lambda: bench_blob(a.blob_runs),
+    }
+    for name, run in benches.items():
+        if a.only in (None, name):
+            run()
 
 
 if __name__ == "__main__":

@@ -120,41 +120,125 @@ pub enum Value<'a> {
     Str(&'a [u8]),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// A tensor in one allocation besides itself, so that a small tensor key costs little (RedisAI's C struct
+/// took ~218 bytes per 4-float key; three `Vec`s took 243). `words` holds, in 64-bit words: the shape; for
+/// STRING the data's length in bytes and each element's offset; then the data, padded with zeros to a whole
+/// word (so the data is 8-byte aligned for the backends).
+#[derive(Clone)]
 pub struct Tensor {
     dtype: DataType,
-    shape: Vec<i64>,
-    data: Vec<u8>,
-    /// STRING only: where each element starts in `data`.
-    offsets: Vec<u64>,
+    ndims: u8,
+    words: Box<[u64]>,
+    /// The data, when it is bytes kept elsewhere (a big BLOB argument adopted from Redis) instead of `words`.
+    external: Option<std::sync::Arc<dyn ExternalBytes>>,
+}
+
+/// Bytes owned elsewhere that a tensor uses as its data without copying them: the argument string of an
+/// `AI.TENSORSET … BLOB`, which Redis keeps for us (copying it cost ~0.25 ms per MB on the main thread).
+pub trait ExternalBytes: Send + Sync {
+    fn bytes(&self) -> &[u8];
+}
+
+/// BLOBs at least this long are adopted instead of copied; below it the copy is cheaper than keeping a string.
+pub const ADOPT_FROM: usize = 64 * 1024;
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.dtype == other.dtype
+            && self.shape() == other.shape()
+            && self.offsets() == other.offsets()
+            && self.data() == other.data()
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tensor")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape())
+            .field("data", &self.data())
+            .field("offsets", &self.offsets())
+            .finish()
+    }
+}
+
+/// Packs bytes into native-endian words, zero-padding the last one (a plain copy: the byte view of the words
+/// is `bytes` again).
+fn pack(words: &mut Vec<u64>, bytes: &[u8]) {
+    let chunks = bytes.chunks_exact(8);
+    let tail = chunks.remainder();
+    words.extend(chunks.map(|c| u64::from_ne_bytes(arr(c))));
+    if !tail.is_empty() {
+        let mut last = [0u8; 8];
+        last[..tail.len()].copy_from_slice(tail);
+        words.push(u64::from_ne_bytes(last));
+    }
 }
 
 impl Tensor {
+    /// Assembles a tensor whose shape, offsets and data were checked by the caller.
+    fn assemble(dtype: DataType, shape: &[i64], offsets: &[u64], parts: &[&[u8]]) -> Tensor {
+        let data_len: usize = parts.iter().map(|p| p.len()).sum();
+        let strings = if dtype == DataType::String { 1 + offsets.len() } else { 0 };
+        let mut words = Vec::with_capacity(shape.len() + strings + data_len.div_ceil(8));
+        words.extend(shape.iter().map(|&d| d as u64));
+        if dtype == DataType::String {
+            words.push(data_len as u64);
+            words.extend_from_slice(offsets);
+        }
+        match parts {
+            [one] => pack(&mut words, one),
+            _ => pack(&mut words, &parts.concat()),
+        }
+        Tensor { dtype, ndims: shape.len() as u8, words: words.into_boxed_slice(), external: None }
+    }
+
+    /// Words before the data.
+    fn header(&self) -> usize {
+        self.ndims as usize + if self.dtype == DataType::String { 1 + self.len() } else { 0 }
+    }
+
     /// A tensor of zeros (STRING: empty strings).
     pub fn zeros(dtype: DataType, shape: Vec<i64>) -> Result<Tensor> {
         let n = element_count(dtype, &shape)?;
-        let offsets = if dtype == DataType::String { (0..n as u64).collect() } else { Vec::new() };
-        Ok(Tensor { dtype, shape, data: vec![0; n * dtype.elem_size()], offsets })
+        if dtype == DataType::String {
+            let offsets: Vec<u64> = (0..n as u64).collect();
+            return Ok(Tensor::assemble(dtype, &shape, &offsets, &[&vec![0; n]]));
+        }
+        let mut words = vec![0u64; shape.len() + (n * dtype.elem_size()).div_ceil(8)];
+        for (w, &d) in words.iter_mut().zip(&shape) {
+            *w = d as u64;
+        }
+        Ok(Tensor { dtype, ndims: shape.len() as u8, words: words.into_boxed_slice(), external: None })
+    }
+
+    /// The STRING offsets of a BLOB, after RedisAI's checks of its length (and BOOL values).
+    fn check_blob(dtype: DataType, shape: &[i64], blob: &[u8]) -> Result<Vec<u64>> {
+        let n = element_count(dtype, shape)?;
+        match dtype {
+            DataType::String => string_offsets(blob, n),
+            _ if blob.len() != n * dtype.elem_size() => Err(Error::DataLength),
+            DataType::Bool if blob.iter().any(|&b| b > 1) => Err(Error::BoolValue),
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// From raw bytes as sent after BLOB (or stored in the RDB).
     pub fn from_blob(dtype: DataType, shape: Vec<i64>, blob: &[u8]) -> Result<Tensor> {
-        let n = element_count(dtype, &shape)?;
-        match dtype {
-            DataType::String => {
-                let offsets = string_offsets(blob, n)?;
-                Ok(Tensor { dtype, shape, data: blob.to_vec(), offsets })
-            }
-            _ => {
-                if blob.len() != n * dtype.elem_size() {
-                    return Err(Error::DataLength);
-                }
-                if dtype == DataType::Bool && blob.iter().any(|&b| b > 1) {
-                    return Err(Error::BoolValue);
-                }
-                Ok(Tensor { dtype, shape, data: blob.to_vec(), offsets: Vec::new() })
-            }
+        let offsets = Tensor::check_blob(dtype, &shape, blob)?;
+        Ok(Tensor::assemble(dtype, &shape, &offsets, &[blob]))
+    }
+
+    /// Like `from_blob`, keeping `blob`'s bytes where they are instead of copying them.
+    pub fn from_external(dtype: DataType, shape: Vec<i64>, blob: std::sync::Arc<dyn ExternalBytes>) -> Result<Tensor> {
+        let offsets = Tensor::check_blob(dtype, &shape, blob.bytes())?;
+        let mut t = Tensor::assemble(dtype, &shape, &offsets, &[]);
+        if dtype == DataType::String {
+            // The header records the data's length (assemble saw none).
+            t.words[shape.len()] = blob.bytes().len() as u64;
         }
+        t.external = Some(blob);
+        Ok(t)
     }
 
     /// From the arguments after VALUES.
@@ -185,14 +269,14 @@ impl Tensor {
                 }
             }
         }
-        Ok(Tensor { dtype, shape, data, offsets })
+        Ok(Tensor::assemble(dtype, &shape, &offsets, &[&data]))
     }
 
     /// From a decoded RDB payload: the same checks as a client's BLOB, plus the stored offsets must agree.
     pub fn from_stored(dtype: DataType, shape: Vec<i64>, data: Vec<u8>, offsets: Option<Vec<u64>>) -> Result<Tensor> {
         let t = Tensor::from_blob(dtype, shape, &data)?;
         match offsets {
-            Some(o) if o != t.offsets => Err(Error::StringElements),
+            Some(o) if o != t.offsets() => Err(Error::StringElements),
             _ => Ok(t),
         }
     }
@@ -201,21 +285,33 @@ impl Tensor {
         self.dtype
     }
     pub fn shape(&self) -> &[i64] {
-        &self.shape
+        bytemuck::cast_slice(&self.words[..self.ndims as usize])
     }
     /// The BLOB form: raw elements, or NUL-terminated strings back to back.
     pub fn data(&self) -> &[u8] {
-        &self.data
+        if let Some(e) = &self.external {
+            return e.bytes();
+        }
+        let len = if self.dtype == DataType::String {
+            self.words[self.ndims as usize] as usize
+        } else {
+            self.len() * self.dtype.elem_size()
+        };
+        &bytemuck::cast_slice::<u64, u8>(&self.words[self.header()..])[..len]
     }
     pub fn offsets(&self) -> &[u64] {
-        &self.offsets
+        if self.dtype == DataType::String {
+            &self.words[self.ndims as usize + 1..self.header()]
+        } else {
+            &[]
+        }
     }
     pub fn len(&self) -> usize {
-        self.shape.iter().product::<i64>() as usize
+        self.shape().iter().product::<i64>() as usize
     }
     /// Size of dimension 0 (1 for a scalar): the batch size RedisAI counts in its stats.
     pub fn dim0(&self) -> i64 {
-        self.shape.first().copied().unwrap_or(1)
+        self.shape().first().copied().unwrap_or(1)
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -225,62 +321,63 @@ impl Tensor {
     pub fn concat(parts: &[&Tensor]) -> Result<Tensor> {
         let first = parts.first().ok_or_else(|| Error::Generic("Nothing to run".into()))?;
         let mismatch = || Error::Generic("cannot batch tensors of different types or shapes".into());
-        if first.shape.is_empty()
-            || parts.iter().any(|t| t.dtype != first.dtype || t.shape.get(1..) != first.shape.get(1..))
+        if first.shape().is_empty()
+            || parts.iter().any(|t| t.dtype != first.dtype || t.shape().get(1..) != first.shape().get(1..))
         {
             return Err(mismatch());
         }
-        let mut shape = first.shape.clone();
-        shape[0] = parts.iter().map(|t| t.shape[0]).sum();
-        let mut data = Vec::with_capacity(parts.iter().map(|t| t.data.len()).sum());
+        let mut shape = first.shape().to_vec();
+        shape[0] = parts.iter().map(|t| t.shape()[0]).sum();
         let mut offsets = Vec::new();
+        let mut base = 0u64;
         for t in parts {
-            let base = data.len() as u64;
-            offsets.extend(t.offsets.iter().map(|o| o + base));
-            data.extend_from_slice(&t.data);
+            offsets.extend(t.offsets().iter().map(|o| o + base));
+            base += t.data().len() as u64;
         }
-        Ok(Tensor { dtype: first.dtype, shape, data, offsets })
+        let data: Vec<&[u8]> = parts.iter().map(|t| t.data()).collect();
+        Ok(Tensor::assemble(first.dtype, &shape, &offsets, &data))
     }
 
     /// Rows `start..start + rows` of dimension 0 (splitting a batched output back per request).
     pub fn slice_dim0(&self, start: usize, rows: usize) -> Result<Tensor> {
         let total = self.dim0().max(0) as usize;
-        if self.shape.is_empty() || start + rows > total {
+        if self.shape().is_empty() || start + rows > total {
             return Err(Error::Generic("Model did not generate the expected batch size".into()));
         }
-        let mut shape = self.shape.clone();
+        let mut shape = self.shape().to_vec();
         shape[0] = rows as i64;
         let per_row = self.len().checked_div(total).unwrap_or(0);
+        let data = self.data();
         if self.dtype == DataType::String {
+            let offsets = self.offsets();
             let (first, end) = (start * per_row, (start + rows) * per_row);
-            let from = self.offsets.get(first).map_or(self.data.len(), |&o| o as usize);
-            let to = self.offsets.get(end).map_or(self.data.len(), |&o| o as usize);
-            let offsets = self.offsets[first..end].iter().map(|o| o - from as u64).collect();
-            return Ok(Tensor { dtype: self.dtype, shape, data: self.data[from..to].to_vec(), offsets });
+            let from = offsets.get(first).map_or(data.len(), |&o| o as usize);
+            let to = offsets.get(end).map_or(data.len(), |&o| o as usize);
+            let offsets: Vec<u64> = offsets[first..end].iter().map(|o| o - from as u64).collect();
+            return Ok(Tensor::assemble(self.dtype, &shape, &offsets, &[&data[from..to]]));
         }
         let row_bytes = per_row * self.dtype.elem_size();
-        let data = self.data[start * row_bytes..(start + rows) * row_bytes].to_vec();
-        Ok(Tensor { dtype: self.dtype, shape, data, offsets: Vec::new() })
+        Ok(Tensor::assemble(self.dtype, &shape, &[], &[&data[start * row_bytes..(start + rows) * row_bytes]]))
     }
 
     /// Heap bytes held, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Tensor>()
-            + self.data.capacity()
-            + self.shape.capacity() * std::mem::size_of::<i64>()
-            + self.offsets.capacity() * std::mem::size_of::<u64>()
+            + std::mem::size_of_val(&*self.words)
+            + self.external.as_ref().map_or(0, |e| e.bytes().len())
     }
 
     /// Element `i` of a STRING tensor, without its NUL.
     pub fn string_at(&self, i: usize) -> &[u8] {
-        let start = self.offsets[i] as usize;
-        let end = self.offsets.get(i + 1).map_or(self.data.len(), |&o| o as usize) - 1;
-        &self.data[start..end]
+        let (offsets, data) = (self.offsets(), self.data());
+        let start = offsets[i] as usize;
+        let end = offsets.get(i + 1).map_or(data.len(), |&o| o as usize) - 1;
+        &data[start..end]
     }
 
     /// Every element, as the VALUES reply gives it.
     pub fn values(&self) -> Vec<Value<'_>> {
-        let d = &self.data;
+        let d = self.data();
         let n = self.len();
         match self.dtype {
             DataType::String => (0..n).map(|i| Value::Str(self.string_at(i))).collect(),

@@ -82,7 +82,7 @@ fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Pars
         if op.len() < 4 {
             return Err(plain("wrong number of arguments for 'AI.TENSORSET' command"));
         }
-        Ok(Parsed::Set { key: op[1], tensor: parse_tensor_args(&op[2..])? })
+        Ok(Parsed::Set { key: op[1], tensor: parse_tensor_args(&op[2..], &|_| None)? })
     } else if is_keyword(name, "AI.TENSORGET") {
         if !(2..=4).contains(&op.len()) {
             return Err(plain("wrong number of arguments for 'AI.TENSORGET' command"));

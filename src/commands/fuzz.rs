@@ -113,7 +113,7 @@ proptest! {
     #[test]
     fn tensor_parsers(v in argv("AI.TENSORSET")) {
         let a = refs(&v);
-        let _ = tensor::parse_tensorset(&a);
+        let _ = tensor::parse_tensorset(&a, &|_| None);
         let _ = tensor::parse_tensorget_format(&a[1..]);
     }
 

@@ -3,14 +3,17 @@
 use super::is_keyword;
 use crate::error::{Error, Result};
 use crate::reply::Reply;
-use crate::tensor::{parse_i64, DataType, Tensor, Value};
+use std::sync::Arc;
+
+use crate::tensor::{parse_i64, DataType, ExternalBytes, Tensor, Value, ADOPT_FROM};
 
 /// `AI.TENSORSET <key> <type> <dim>... [BLOB <data> | VALUES <v>...]`, checked in RedisAI's order.
-pub fn parse_tensorset(argv: &[&[u8]]) -> Result<Tensor> {
+/// `adopt(i)` may hand over argv[i] (a BLOB of at least `ADOPT_FROM` bytes) to be kept instead of copied.
+pub fn parse_tensorset(argv: &[&[u8]], adopt: &dyn Fn(usize) -> Option<Arc<dyn ExternalBytes>>) -> Result<Tensor> {
     if argv.len() < 4 {
         return Err(Error::WrongArity("AI.TENSORSET"));
     }
-    parse_tensor_args(&argv[2..])
+    parse_tensor_args(&argv[2..], &|i| adopt(i + 2))
 }
 
 /// Bytes a zero-filled `<type> <dim>...` (no BLOB/VALUES) would allocate, if its shape is valid: a request of a
@@ -25,8 +28,9 @@ pub fn zero_filled_bytes(args: &[&[u8]]) -> Option<usize> {
     crate::tensor::element_count(dtype, &shape).ok().map(|n| n * dtype.elem_size())
 }
 
-/// `<type> <dim>... [BLOB <data> | VALUES <v>...]`: shared with the TENSORSET op of a DAG.
-pub fn parse_tensor_args(args: &[&[u8]]) -> Result<Tensor> {
+/// `<type> <dim>... [BLOB <data> | VALUES <v>...]`: shared with the TENSORSET op of a DAG. `adopt` as in
+/// `parse_tensorset`, with positions in `args`.
+pub fn parse_tensor_args(args: &[&[u8]], adopt: &dyn Fn(usize) -> Option<Arc<dyn ExternalBytes>>) -> Result<Tensor> {
     let dtype = DataType::parse(args[0])?;
     let rest = &args[1..];
     let data_at = rest.iter().position(|a| is_keyword(a, "BLOB") || is_keyword(a, "VALUES")).unwrap_or(rest.len());
@@ -37,6 +41,10 @@ pub fn parse_tensor_args(args: &[&[u8]]) -> Result<Tensor> {
     match rest.get(data_at) {
         None => Tensor::zeros(dtype, shape),
         Some(kw) if is_keyword(kw, "BLOB") => match &rest[data_at + 1..] {
+            [blob] if blob.len() >= ADOPT_FROM => match adopt(data_at + 2) {
+                Some(kept) => Tensor::from_external(dtype, shape, kept),
+                None => Tensor::from_blob(dtype, shape, blob),
+            },
             [blob] => Tensor::from_blob(dtype, shape, blob),
             _ => Err(Error::BlobArgument),
         },
@@ -140,7 +148,7 @@ mod tests {
     fn set(s: &str) -> Result<Tensor> {
         let a = argv(s);
         let refs: Vec<&[u8]> = a.iter().map(|x| x.as_slice()).collect();
-        parse_tensorset(&refs)
+        parse_tensorset(&refs, &|_| None)
     }
 
     #[test]

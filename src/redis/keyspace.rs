@@ -1,10 +1,11 @@
 //! Typed access to keys holding the module's values, with RedisAI's WRONGTYPE rule.
 
 use std::os::raw::c_void;
+use std::sync::Arc;
 
-use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use super::module_type::ModuleType;
 use crate::error::{Error, Result};
 
 /// An open key, closed on drop.
@@ -44,28 +45,41 @@ impl Key {
         self.key.is_null() || self.key_type() == raw::KeyType::Empty
     }
 
-    fn holds(&self, ty: &RedisType) -> bool {
+    fn holds<T>(&self, ty: &ModuleType<T>) -> bool {
         // SAFETY: self.key is an open key of this context; ModuleTypeGetType only reads it.
         self.key_type() == raw::KeyType::Module
             && unsafe { raw::RedisModule_ModuleTypeGetType.expect("API initialised")(self.key) }
-                == *ty.raw_type.borrow()
+                == *ty.raw.raw_type.borrow()
     }
 
     /// The value if the key holds `ty`; `None` if the key is empty; WRONGTYPE otherwise.
-    pub fn get<T>(&self, ty: &RedisType) -> Result<Option<&T>> {
+    pub fn get<T>(&self, ty: &ModuleType<T>) -> Result<Option<&T>> {
+        Ok(self.value_ptr(ty)?.map(|p| {
+            // SAFETY: the key holds a value of `ty`, stored by `set` (or RDB load / COPY) through
+            // `ModuleType::into_value`; the reference lives no longer than this open key.
+            unsafe { ModuleType::<T>::value(p) }
+        }))
+    }
+
+    /// Like `get`, as a shared reference that outlives the key (for work that runs after the command).
+    pub fn get_arc<T>(&self, ty: &ModuleType<T>) -> Result<Option<Arc<T>>> {
+        // SAFETY: as in `get`; the new reference is counted, so it stays valid after the key changes.
+        Ok(self.value_ptr(ty)?.map(|p| unsafe { ModuleType::<T>::clone_value(p) }))
+    }
+
+    fn value_ptr<T>(&self, ty: &ModuleType<T>) -> Result<Option<*const c_void>> {
         if self.is_empty() {
             return Ok(None);
         }
         if !self.holds(ty) {
             return Err(Error::WrongType);
         }
-        // SAFETY: the key holds a value of `ty`, and every value of `ty` was stored by `set::<T>` as a
-        // Box<T>; the reference lives no longer than this open key.
-        Ok(unsafe { (raw::RedisModule_ModuleTypeGetValue.expect("API initialised")(self.key) as *const T).as_ref() })
+        // SAFETY: the key is open and holds a module value.
+        Ok(Some(unsafe { raw::RedisModule_ModuleTypeGetValue.expect("API initialised")(self.key) }))
     }
 
     /// Fails with WRONGTYPE unless the key is empty or holds `ty`.
-    pub fn check_type(&self, ty: &RedisType) -> Result<()> {
+    pub fn check_type<T>(&self, ty: &ModuleType<T>) -> Result<()> {
         if self.is_empty() || self.holds(ty) {
             Ok(())
         } else {
@@ -74,19 +88,19 @@ impl Key {
     }
 
     /// Stores `value` (replacing whatever the key held; Redis frees the old value with the type's free callback).
-    pub fn set<T>(&self, ty: &RedisType, value: T) -> Result<()> {
-        let ptr = Box::into_raw(Box::new(value)) as *mut c_void;
-        // SAFETY: the key was opened for writing; on success Redis owns `ptr` and frees it through the
-        // type's free callback, which turns it back into a Box<T>.
+    pub fn set<T>(&self, ty: &ModuleType<T>, value: Arc<T>) -> Result<()> {
+        let ptr = ModuleType::into_value(value);
+        // SAFETY: the key was opened for writing; on success Redis owns `ptr` and gives it back to the type's
+        // free callback.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.expect("API initialised")(self.key, *ty.raw_type.borrow(), ptr)
+            raw::RedisModule_ModuleTypeSetValue.expect("API initialised")(self.key, *ty.raw.raw_type.borrow(), ptr)
         };
         if status == raw::REDISMODULE_OK as i32 {
             Ok(())
         } else {
-            // SAFETY: Redis refused the value, so we still own it.
-            drop(unsafe { Box::from_raw(ptr as *mut T) });
-            Err(Error::Generic("could not save tensor".into()))
+            // SAFETY: Redis refused the value, so the reference is still ours.
+            drop(unsafe { ModuleType::<T>::take_value(ptr) });
+            Err(Error::Generic("could not save the value".into()))
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod keyspace;
 pub mod memory;
 pub mod model_type;
 pub mod module;
+pub mod module_type;
 pub mod reply;
 #[cfg(feature = "torch")]
 pub mod script_host;

@@ -3,11 +3,11 @@
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
-use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::io::Io;
 use super::log_warning;
+use super::module_type::ModuleType;
 use super::strings::OwnedStrings;
 use super::types::{guard, type_methods};
 use crate::config::CONFIG;
@@ -15,9 +15,7 @@ use crate::model::{BackendKind, Model};
 use crate::rdb::{load_model, save_model, ENCVER};
 use crate::stats;
 
-pub type ModelValue = Arc<Model>;
-
-pub static MODEL_TYPE: RedisType = RedisType::new(
+pub static MODEL_TYPE: ModuleType<Model> = ModuleType::new(
     "AI__MODEL",
     ENCVER,
     type_methods(
@@ -30,10 +28,10 @@ pub static MODEL_TYPE: RedisType = RedisType::new(
     ),
 );
 
-/// SAFETY: every value of this type is a `Box<ModelValue>` made by `Key::set` or `model_rdb_load`.
+/// SAFETY: every value of this type was made by `ModuleType::into_value` (`Key::set`, RDB load).
 unsafe fn model_ref<'a>(value: *const c_void) -> &'a Model {
     // SAFETY: see above; Redis keeps the value alive during the callback.
-    unsafe { &*(value as *const ModelValue) }
+    unsafe { ModuleType::<Model>::value(value) }
 }
 
 pub(super) fn key_name(rdb: *mut raw::RedisModuleIO) -> Vec<u8> {
@@ -64,7 +62,7 @@ extern "C" fn model_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mu
             if let Err(e) = crate::exec::queues().get(&model.spec.device.queue_key()) {
                 log_warning(&format!("redisai: cannot start the queue of device {}: {e}", model.spec.device.name));
             }
-            Box::into_raw(Box::new(Arc::new(model))) as *mut c_void
+            ModuleType::into_value(Arc::new(model))
         }
         Err(e) => {
             log_warning(&format!("redisai: cannot load model: {e}"));
@@ -133,7 +131,7 @@ extern "C" fn model_mem_usage(value: *const c_void) -> usize {
 extern "C" fn model_free(value: *mut c_void) {
     // SAFETY: see `model_ref`; Redis frees each value once. Runs still holding the model keep it alive.
     guard("AI__MODEL free", (), || {
-        let value = unsafe { Box::from_raw(value as *mut ModelValue) };
+        let value = unsafe { ModuleType::<Model>::take_value(value) };
         // AI.INFO forgets the key now, even if a finishing run still holds the model for a moment.
         stats::unregister(&value.stats);
         if value.mem_usage() >= crate::exec::lazy_free::THRESHOLD {

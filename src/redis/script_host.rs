@@ -9,7 +9,7 @@ use redis_module::raw;
 
 use super::acl;
 use super::keyspace::Key;
-use super::model_type::{ModelValue, MODEL_TYPE};
+use super::model_type::MODEL_TYPE;
 use super::strings::OwnedStrings;
 use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
 use crate::error::{Error, Result};
@@ -234,7 +234,7 @@ fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<T
     let model: Arc<Model> = locked(&caller, |ctx| {
         acl::check_read_key(caller.user.as_deref(), key).map_err(Error::Generic)?;
         let k = Key::open_name(ctx, key, false);
-        k.get::<ModelValue>(&MODEL_TYPE)?.cloned().ok_or(Error::ModelKeyEmpty)
+        k.get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
     })?;
     let tensors = inputs
         .iter()

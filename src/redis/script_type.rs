@@ -3,21 +3,19 @@
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
-use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::io::Io;
 use super::log_warning;
 use super::model_type::key_name;
+use super::module_type::ModuleType;
 use super::strings::OwnedStrings;
 use super::types::{guard, type_methods};
 use crate::rdb::{load_script, save_script, ENCVER};
 use crate::script::Script;
 use crate::stats;
 
-pub type ScriptValue = Arc<Script>;
-
-pub static SCRIPT_TYPE: RedisType = RedisType::new(
+pub static SCRIPT_TYPE: ModuleType<Script> = ModuleType::new(
     "AI_SCRIPT",
     ENCVER,
     type_methods(
@@ -30,10 +28,10 @@ pub static SCRIPT_TYPE: RedisType = RedisType::new(
     ),
 );
 
-/// SAFETY: every value of this type is a `Box<ScriptValue>` made by `Key::set` or `script_rdb_load`.
+/// SAFETY: every value of this type was made by `ModuleType::into_value` (`Key::set`, RDB load).
 unsafe fn script_ref<'a>(value: *const c_void) -> &'a Script {
     // SAFETY: see above; Redis keeps the value alive during the callback.
-    unsafe { &*(value as *const ScriptValue) }
+    unsafe { ModuleType::<Script>::value(value) }
 }
 
 extern "C" fn script_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -48,7 +46,7 @@ extern "C" fn script_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 ));
             }
             stats::publish(&script.stats);
-            Box::into_raw(Box::new(Arc::new(script))) as *mut c_void
+            ModuleType::into_value(Arc::new(script))
         }
         Err(e) => {
             log_warning(&format!("redisai: cannot load script: {e}"));
@@ -103,7 +101,7 @@ extern "C" fn script_mem_usage(value: *const c_void) -> usize {
 extern "C" fn script_free(value: *mut c_void) {
     // SAFETY: see `script_ref`; Redis frees each value once. Runs still holding the script keep it alive.
     guard("AI_SCRIPT free", (), || {
-        let value = unsafe { Box::from_raw(value as *mut ScriptValue) };
+        let value = unsafe { ModuleType::<Script>::take_value(value) };
         // AI.INFO forgets the key now, even if a finishing run still holds the script for a moment.
         stats::unregister(&value.stats);
     })

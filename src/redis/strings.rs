@@ -49,3 +49,69 @@ impl Drop for OwnedStrings {
 // threads inside completions that are run or dropped on the main thread (a build thread only reads the bytes
 // of retained argv strings, see `handlers::shared::ArgBytes`).
 unsafe impl Send for OwnedStrings {}
+
+/// The main thread, recorded at module load: strings adopted by tensors are freed there, or under the GIL.
+static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+
+/// Called once from `RedisModule_OnLoad` (the main thread).
+pub fn record_main_thread() {
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+}
+
+/// A BLOB argument kept as a tensor's data instead of being copied (`AI.TENSORSET … BLOB`, at least
+/// `tensor::ADOPT_FROM` bytes): Redis strings are reference counted, so retaining the argument is free.
+pub struct AdoptedString {
+    s: *mut raw::RedisModuleString,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are never changed once adopted (Redis does not modify an argument after its command, and
+// nothing else stores this string: slowlog entries copy arguments this long), so they may be read from any
+// thread; the reference count is only changed on the main thread or under the GIL (see Drop).
+unsafe impl Send for AdoptedString {}
+// SAFETY: as above: shared access only reads the bytes.
+unsafe impl Sync for AdoptedString {}
+
+impl AdoptedString {
+    /// Keeps `s` (an argv string of the running command, on the main thread) alive with the tensor.
+    pub fn adopt(s: *mut raw::RedisModuleString) -> std::sync::Arc<dyn crate::tensor::ExternalBytes> {
+        // SAFETY: s is a live argv string; retaining adds the reference that Drop releases. Its buffer stays
+        // where it is while the reference is held.
+        unsafe { raw::RedisModule_RetainString.expect("API initialised")(std::ptr::null_mut(), s) };
+        let mut len = 0usize;
+        let ptr = raw::string_ptr_len(s, &mut len) as *const u8;
+        std::sync::Arc::new(AdoptedString { s, ptr, len })
+    }
+}
+
+impl crate::tensor::ExternalBytes for AdoptedString {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes at `ptr` belong to the retained string, unchanged while it is held.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AdoptedString {
+    /// A tensor can be dropped off the main thread (a run holding the last reference, the lazy-free thread):
+    /// Redis's reference counts are not atomic, so the release then happens under the GIL. (No caller drops a
+    /// tensor while it holds the GIL on another thread.)
+    fn drop(&mut self) {
+        // SAFETY: Init filled the API table once, before any command ran; it never changes afterwards.
+        let free = unsafe { raw::RedisModule_FreeString }.expect("API initialised");
+        if MAIN_THREAD.get() == Some(&std::thread::current().id()) {
+            // SAFETY: retained once in `adopt`, released once here, on the main thread.
+            unsafe { free(std::ptr::null_mut(), self.s) };
+            return;
+        }
+        // SAFETY: a detached thread-safe context is locked (the GIL), used to release the string once, unlocked
+        // and freed.
+        unsafe {
+            let ctx = raw::RedisModule_GetThreadSafeContext.expect("API initialised")(std::ptr::null_mut());
+            raw::RedisModule_ThreadSafeContextLock.expect("API initialised")(ctx);
+            free(std::ptr::null_mut(), self.s);
+            raw::RedisModule_ThreadSafeContextUnlock.expect("API initialised")(ctx);
+            raw::RedisModule_FreeThreadSafeContext.expect("API initialised")(ctx);
+        }
+    }
+}

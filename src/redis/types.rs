@@ -4,20 +4,17 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::io::Io;
 use super::log_warning;
+use super::module_type::ModuleType;
 use super::strings::OwnedStrings;
 use crate::commands::tensor::tensorset_words;
 use crate::rdb::{load_tensor, save_tensor, ENCVER};
 use crate::tensor::Tensor;
 
-/// Keys hold an `Arc` so that running work can share a tensor without copying it.
-pub type TensorValue = Arc<Tensor>;
-
-pub static TENSOR_TYPE: RedisType = RedisType::new(
+pub static TENSOR_TYPE: ModuleType<Tensor> = ModuleType::new(
     "AI_TENSOR",
     ENCVER,
     type_methods(
@@ -70,16 +67,16 @@ pub(super) fn guard<R>(what: &str, fallback: R, f: impl FnOnce() -> R) -> R {
     })
 }
 
-/// SAFETY (for every callback below): Redis passes a `value` that was stored by `Key::set::<TensorValue>`
-/// or returned by `tensor_rdb_load`/`tensor_copy`, i.e. a live `Box<TensorValue>` raw pointer.
+/// SAFETY (for every callback below): Redis passes a `value` that was stored by `Key::set` or returned by
+/// `tensor_rdb_load`/`tensor_copy`, i.e. made by `ModuleType::into_value` of TENSOR_TYPE.
 unsafe fn tensor_ref<'a>(value: *const c_void) -> &'a Tensor {
     // SAFETY: see above; Redis keeps the value alive for the duration of the callback.
-    unsafe { &*(value as *const TensorValue) }
+    unsafe { ModuleType::<Tensor>::value(value) }
 }
 
 extern "C" fn tensor_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("AI_TENSOR rdb_load", std::ptr::null_mut(), || match load_tensor(&mut Io(rdb), encver) {
-        Ok(t) => Box::into_raw(Box::new(Arc::new(t))) as *mut c_void,
+        Ok(t) => ModuleType::into_value(Arc::new(t)),
         Err(e) => {
             log_warning(&format!("redisai: cannot load tensor: {e}"));
             std::ptr::null_mut()
@@ -117,13 +114,13 @@ extern "C" fn tensor_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::Re
 
 extern "C" fn tensor_mem_usage(value: *const c_void) -> usize {
     // SAFETY: see `tensor_ref`.
-    guard("AI_TENSOR mem_usage", 0, || unsafe { tensor_ref(value) }.mem_usage() + std::mem::size_of::<TensorValue>())
+    guard("AI_TENSOR mem_usage", 0, || unsafe { tensor_ref(value) }.mem_usage() + 2 * std::mem::size_of::<usize>())
 }
 
 extern "C" fn tensor_free(value: *mut c_void) {
     // SAFETY: see `tensor_ref`; Redis calls free exactly once per value, after which it is never used.
     guard("AI_TENSOR free", (), || {
-        let value = unsafe { Box::from_raw(value as *mut TensorValue) };
+        let value = unsafe { ModuleType::<Tensor>::take_value(value) };
         if value.mem_usage() >= crate::exec::lazy_free::THRESHOLD {
             crate::exec::lazy_free::drop_later(value);
         }
@@ -137,6 +134,6 @@ extern "C" fn tensor_copy(
 ) -> *mut c_void {
     // SAFETY: see `tensor_ref`. Tensors are immutable once stored, so the copy can share the data.
     guard("AI_TENSOR copy", std::ptr::null_mut(), || {
-        Box::into_raw(Box::new(unsafe { Arc::clone(&*(value as *const TensorValue)) })) as *mut c_void
+        ModuleType::into_value(unsafe { ModuleType::<Tensor>::clone_value(value) })
     })
 }

@@ -16,10 +16,10 @@ use crate::exec::run::{OpOutcome, Run};
 use crate::model::Model;
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
-use crate::redis::model_type::{ModelValue, MODEL_TYPE};
+use crate::redis::model_type::MODEL_TYPE;
 use crate::redis::reply::send;
-use crate::redis::script_type::{ScriptValue, SCRIPT_TYPE};
-use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::redis::script_type::SCRIPT_TYPE;
+use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 use crate::script::Script;
 use crate::tensor::Tensor;
@@ -28,13 +28,13 @@ struct Keyspace(*mut raw::RedisModuleCtx);
 
 impl Resolver for Keyspace {
     fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
-        Key::open_name(self.0, key, false).get::<TensorValue>(&TENSOR_TYPE)?.cloned().ok_or(Error::TensorKeyEmpty)
+        Key::open_name(self.0, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)
     }
     fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
-        Key::open_name(self.0, key, false).get::<ModelValue>(&MODEL_TYPE)?.cloned().ok_or(Error::ModelKeyEmpty)
+        Key::open_name(self.0, key, false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
     }
     fn script(&self, key: &[u8]) -> Result<Arc<Script>> {
-        Key::open_name(self.0, key, false).get::<ScriptValue>(&SCRIPT_TYPE)?.cloned().ok_or(Error::ScriptKeyEmpty)
+        Key::open_name(self.0, key, false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)
     }
 }
 

@@ -17,8 +17,8 @@ use crate::exec::run::Run;
 use crate::model::{Model, ModelSpec};
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
-use crate::redis::model_type::{ModelValue, MODEL_TYPE};
-use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::redis::model_type::MODEL_TYPE;
+use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 use crate::stats;
 
@@ -43,7 +43,7 @@ fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Resu
     k.check_type(&MODEL_TYPE)?;
     let model = Arc::new(model);
     let s = model.stats.clone();
-    k.set::<ModelValue>(&MODEL_TYPE, model)?;
+    k.set(&MODEL_TYPE, model)?;
     stats::publish(&s);
     Ok(())
 }
@@ -53,7 +53,7 @@ pub fn modelget(c: &Cmd) -> Result<()> {
         return Err(Error::WrongArity("AI.MODELGET"));
     }
     let k = Key::open(c.ctx, c.raw[1], false);
-    let m = k.get::<ModelValue>(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
+    let m = k.get(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
     let chunk = CONFIG.read().model_chunk_size;
     c.reply(&modelget_reply(&m.spec, &m.spec.inputs, &m.spec.outputs, &c.args[2..], chunk));
     Ok(())
@@ -64,7 +64,7 @@ pub fn modeldel(c: &Cmd) -> Result<()> {
         return Err(Error::WrongArity("AI.MODELDEL"));
     }
     let k = Key::open(c.ctx, c.raw[1], true);
-    k.get::<ModelValue>(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
+    k.get(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
     k.delete();
     c.replicate_verbatim();
     c.reply(&Reply::OK);
@@ -90,13 +90,12 @@ type ExecuteParser = for<'a> fn(&[&'a [u8]], usize, usize) -> Result<ExecuteArgs
 /// A model execution is a one-op DAG: inputs loaded at parse time, outputs persisted at reply time.
 fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
-    let model = Key::open(c.ctx, c.raw[1], false).get::<ModelValue>(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?.clone();
+    let model = Key::open(c.ctx, c.raw[1], false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
     let args = parse(&c.args, model.spec.inputs.len(), model.spec.outputs.len())?;
     let mut plan = Plan { timeout: args.timeout, ..Plan::default() };
     let mut inputs = Vec::with_capacity(args.inputs.len());
     for key in &args.inputs {
-        let t =
-            Key::open_name(c.ctx, key, false).get::<TensorValue>(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?.clone();
+        let t = Key::open_name(c.ctx, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
         let s = plan.new_slot();
         plan.loaded.push((s, t));
         inputs.push(s);

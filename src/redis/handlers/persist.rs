@@ -10,7 +10,7 @@ use crate::commands::tensor::tensorset_words;
 use crate::error::{Error, Result};
 use crate::redis::keyspace::Key;
 use crate::redis::strings::OwnedStrings;
-use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::redis::types::TENSOR_TYPE;
 use crate::tensor::Tensor;
 
 /// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
@@ -19,7 +19,7 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(Vec<u8>, Arc<Ten
         Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
     }
     for (key, t) in outputs {
-        Key::open_name(ctx, key, true).set::<TensorValue>(&TENSOR_TYPE, t.clone())?;
+        Key::open_name(ctx, key, true).set(&TENSOR_TYPE, t.clone())?;
         replicate_tensorset(ctx, key, t);
     }
     Ok(())

@@ -15,8 +15,8 @@ use crate::exec::queues;
 use crate::exec::run::Run;
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
-use crate::redis::script_type::{ScriptValue, SCRIPT_TYPE};
-use crate::redis::types::{TensorValue, TENSOR_TYPE};
+use crate::redis::script_type::SCRIPT_TYPE;
+use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 use crate::script::Script;
 use crate::stats;
@@ -37,7 +37,7 @@ fn commit_script(ctx: *mut raw::RedisModuleCtx, key: &[u8], script: Script) -> R
     k.check_type(&SCRIPT_TYPE)?;
     let script = Arc::new(script);
     let s = script.stats.clone();
-    k.set::<ScriptValue>(&SCRIPT_TYPE, script)?;
+    k.set(&SCRIPT_TYPE, script)?;
     stats::publish(&s);
     Ok(())
 }
@@ -47,7 +47,7 @@ pub fn scriptget(c: &Cmd) -> Result<()> {
         return Err(Error::WrongArity("AI.SCRIPTGET"));
     }
     let k = Key::open(c.ctx, c.raw[1], false);
-    let s = k.get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
+    let s = k.get(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
     c.reply(&scriptget_reply(&s.spec, &c.args[2..]));
     Ok(())
 }
@@ -57,7 +57,7 @@ pub fn scriptdel(c: &Cmd) -> Result<()> {
         return Err(Error::WrongArity("AI.SCRIPTDEL"));
     }
     let k = Key::open(c.ctx, c.raw[1], true);
-    k.get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
+    k.get(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
     k.delete();
     c.replicate_verbatim();
     c.reply(&Reply::OK);
@@ -81,14 +81,12 @@ pub fn scriptrun(c: &Cmd) -> Result<()> {
 /// A script call is a one-op DAG, like a model execution.
 fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
-    let script =
-        Key::open(c.ctx, c.raw[1], false).get::<ScriptValue>(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?.clone();
+    let script = Key::open(c.ctx, c.raw[1], false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
     let call = parse(&c.args)?;
     let mut plan = Plan { timeout: call.timeout, ..Plan::default() };
     let mut inputs = Vec::with_capacity(call.inputs.len());
     for key in &call.inputs {
-        let t =
-            Key::open_name(c.ctx, key, false).get::<TensorValue>(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?.clone();
+        let t = Key::open_name(c.ctx, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
         let s = plan.new_slot();
         plan.loaded.push((s, t));
         inputs.push(s);
