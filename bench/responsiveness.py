@@ -9,6 +9,11 @@ the latency distribution is printed for each scenario:
   get 100 MB      a client reads that model back with AI.MODELGET BLOB again and again
   heavy on all    --clients client processes run heavy.onnx (tests/data, batch --heavy-batch) in a loop on a
   cores           server with THREADS_PER_QUEUE = number of cores
+  tiny inline     --clients client processes run the tiny mul.onnx in a loop: with the default INLINE_THRESHOLD
+                  these runs happen inline, on the main thread
+  inline, then    the same clients run a Loop model with 1 iteration (inline), then halfway through with
+  slow            --slow-trips iterations (tens of ms): the first slow runs start inline and are stopped at the
+                  inline limit, then the model runs on workers
 
 Target: p99 < 5 ms in every module scenario (the SET/GET baselines show what Redis itself does). Every load
 runs in its own process, so the PING client measures the server, not the Python GIL. The last column adds the longest main-thread stretches Redis's latency monitor
@@ -132,6 +137,52 @@ def execute_loop(port, i, stop, ready, results):
     results.put(("execute", times))
 
 
+def tiny_loop(port, i, stop, ready, results):
+    r = _client(port)
+    ready.set()
+    times = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        assert r.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, f"c:{i}") == b"OK"
+        times.append((t0, time.perf_counter() - t0))
+    results.put(("execute", times))
+
+
+def growing_loop(port, i, switch_at, stop, ready, results):
+    """Runs the Loop model with n = 1 until `switch_at` (perf_counter), then with n = `slow` (set in key n:slow)."""
+    r = _client(port)
+    ready.set()
+    times = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        n = "n:1" if t0 < switch_at else "n:slow"
+        assert r.execute_command("AI.MODELEXECUTE", "loop", "INPUTS", 2, n, "x", "OUTPUTS", 1, f"y:{i}") == b"OK"
+        times.append((t0, time.perf_counter() - t0))
+    results.put(("execute", times))
+
+
+def loop_model():
+    """y = x + n, one addition per iteration of a Loop whose trip count is the input n (INT64 scalar)."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", f, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", f, [1])],
+        [helper.make_tensor("one", f, [1], [1.0])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)], "loop_n",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []), helper.make_tensor_value_info("x", f, [1])],
+        [helper.make_tensor_value_info("y", f, [1])], [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def main_thread_stalls(port):
     """The longest main-thread stretches Redis's latency monitor saw since the last call, in ms, then resets it:
     `handler` (a command's own code; each scenario runs one kind of command besides PING), `reply callback`
@@ -152,6 +203,11 @@ def main_thread_stalls(port):
 def fmt_stalls(worst, n=2):
     top = sorted(worst.items(), key=lambda kv: -kv[1])[:n]
     return "; main thread max: " + ", ".join(f"{k} {v:.0f} ms" for k, v in top) if top else ""
+
+
+def modules_field(server, name):
+    info = server.cli("INFO", "MODULES")
+    return int(next(line.split(":")[1] for line in info.splitlines() if line.startswith(name + ":")))
 
 
 def watched(server):
@@ -200,6 +256,7 @@ def main():
     ap.add_argument("--heavy-batch", type=int, default=64, help="rows per heavy.onnx request")
     ap.add_argument("--clients", type=int, default=0, help="heavy-model clients (default: 2 x cores)")
     ap.add_argument("--threads-per-queue", type=int, default=0, help="for the heavy scenario (default: cores)")
+    ap.add_argument("--slow-trips", type=int, default=200000, help="Loop iterations of a slow run (tens of ms)")
     a = ap.parse_args()
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
@@ -246,6 +303,35 @@ def main():
         rows.append((f"heavy.onnx x{clients} clients", stats(samples),
                      f"{len(ex) / a.seconds:.0f} runs/s, THREADS_PER_QUEUE {tpq}, "
                      f"p50 run {np.percentile(ex, 50) * 1000:.1f} ms" + fmt_stalls(stalls)))
+    finally:
+        s.stop()
+
+    s = watched(Server())
+    try:
+        with open(os.path.join(DATA, "mul.onnx"), "rb") as f:
+            s.cli("-x", "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", stdin=f.read())
+        s.cli("AI.TENSORSET", "a", "FLOAT", "2", "2", "VALUES", "1", "2", "3", "4")
+        s.cli("-x", "AI.MODELSTORE", "loop", "ONNX", "CPU", "BLOB", stdin=loop_model())
+        s.cli("AI.TENSORSET", "x", "FLOAT", "1", "VALUES", "0")
+        s.cli("AI.TENSORSET", "n:1", "INT64", "VALUES", "1")
+        s.cli("AI.TENSORSET", "n:slow", "INT64", "VALUES", str(a.slow_trips))
+        for _ in range(5):
+            s.cli("AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "a", "OUTPUTS", "1", "c")
+            s.cli("AI.MODELEXECUTE", "loop", "INPUTS", "2", "n:1", "x", "OUTPUTS", "1", "y")
+        inline0 = modules_field(s, "ai_inline_runs")
+        samples, ops, stalls = under_load(s.port, a.seconds, a.interval, [(tiny_loop, (i,)) for i in range(clients)])
+        ex = ops["execute"]
+        inline1 = modules_field(s, "ai_inline_runs")
+        rows.append((f"tiny inline x{clients} clients", stats(samples),
+                     f"{len(ex) / a.seconds:.0f} runs/s, {inline1 - inline0} inline" + fmt_stalls(stalls)))
+        switch_at = time.perf_counter() + 0.5 + a.seconds / 2 + 1.0  # warm-up, then half of the sampling
+        samples, ops, stalls = under_load(s.port, a.seconds, a.interval,
+                                          [(growing_loop, (i, switch_at)) for i in range(clients)], warmup=1.0)
+        ex = ops["execute"]
+        slow = [dt for dt in ex if dt > 0.005]
+        rows.append((f"inline, then slow x{clients}", stats(samples),
+                     f"{len(ex)} runs, {len(slow)} slow (p50 {np.percentile(slow, 50) * 1000 if slow else 0:.0f} ms), "
+                     f"{modules_field(s, 'ai_inline_runs') - inline1} inline" + fmt_stalls(stalls)))
     finally:
         s.stop()
 

@@ -7,6 +7,13 @@ use crate::tensor::parse_i64;
 /// typo cannot make the module spawn thousands of threads.
 pub const MAX_THREADS_PER_QUEUE: i64 = 256;
 
+/// The default INLINE_THRESHOLD (µs), measured with `make bench` (docs/benchmarks.md): runs this short cost
+/// less on the main thread than handing them to a worker does, and stay far from PING's 5 ms p99 target.
+pub const DEFAULT_INLINE_THRESHOLD_US: u64 = 100;
+
+/// Largest INLINE_THRESHOLD (µs): an inline run may hold the main thread for ten times the threshold.
+pub const MAX_INLINE_THRESHOLD_US: i64 = 10_000;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub backends_path: Option<String>,
@@ -21,6 +28,9 @@ pub struct Config {
     /// The bound on backend memory when BACKEND_MEMORY_LIMIT is not given (bytes; 0: none): derived at load
     /// time from `maxmemory` and the machine's memory, so that one model cannot take Redis down.
     pub default_memory_bound: u64,
+    /// Model runs whose recent runs averaged at most this many µs run inline on the main thread (0: never;
+    /// exec/inline.rs). Load-time `INLINE_THRESHOLD`, and AI.CONFIG INLINE_THRESHOLD.
+    pub inline_threshold_us: u64,
     /// Whether AI.CONFIG LOADBACKEND / BACKENDSPATH work at runtime (load-time `RUNTIME_BACKEND_LOADING no`
     /// forbids them, so that not even an admin client can make the server load a library through the module).
     pub runtime_backend_loading: bool,
@@ -40,6 +50,7 @@ impl Default for Config {
             model_execution_timeout_ms: 5000,
             backend_memory_limit_mb: 0,
             default_memory_bound: 0,
+            inline_threshold_us: DEFAULT_INLINE_THRESHOLD_US,
             runtime_backend_loading: true,
             module_dir: None,
         }
@@ -51,6 +62,11 @@ fn positive(key: &str, val: &[u8], max: i64) -> Result<i64> {
         Some(v) if v > 0 && v <= max => Ok(v),
         _ => Err(arg_error(key, val)),
     }
+}
+
+/// 0..=MAX_INLINE_THRESHOLD_US (µs).
+pub fn inline_threshold(val: &[u8]) -> Option<u64> {
+    parse_i64(val).filter(|v| (0..=MAX_INLINE_THRESHOLD_US).contains(v)).map(|v| v as u64)
 }
 
 fn arg_error(key: &str, val: &[u8]) -> Error {
@@ -82,6 +98,9 @@ impl Config {
                     c.model_execution_timeout_ms = v as u64;
                 }
                 "BACKEND_MEMORY_LIMIT" => c.backend_memory_limit_mb = positive(&key, val, i64::MAX)? as u64,
+                "INLINE_THRESHOLD" => {
+                    c.inline_threshold_us = inline_threshold(val).ok_or_else(|| arg_error(&key, val))?
+                }
                 "RUNTIME_BACKEND_LOADING" => {
                     c.runtime_backend_loading = match val.to_ascii_lowercase().as_slice() {
                         b"yes" => true,
@@ -155,6 +174,9 @@ mod tests {
         assert_eq!(c.backend_libs, vec![("ONNX".to_string(), "/x/libonnxruntime.so".to_string())]);
         assert_eq!(parse("").unwrap(), Config::default());
         assert!(!parse("RUNTIME_BACKEND_LOADING no").unwrap().runtime_backend_loading);
+        assert_eq!(parse("INLINE_THRESHOLD 0").unwrap().inline_threshold_us, 0);
+        assert_eq!(parse("").unwrap().inline_threshold_us, DEFAULT_INLINE_THRESHOLD_US);
+        assert!(parse("INLINE_THRESHOLD 10001").is_err() && parse("INLINE_THRESHOLD -1").is_err());
         assert!(parse("runtime_backend_loading YES").unwrap().runtime_backend_loading);
         for bad in [
             "RUNTIME_BACKEND_LOADING 0",

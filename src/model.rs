@@ -6,6 +6,7 @@ use crate::backends::{self, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::exec::inline::RunHistory;
 use crate::stats::{self, EntryKind, Stats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,9 @@ impl BackendKind {
     }
 }
 
+/// An input or output count that is not known, so not checked (see `Model::io_counts`).
+pub const ANY_COUNT: usize = usize::MAX;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BatchOpts {
     pub size: u64,
@@ -67,6 +71,8 @@ pub struct Model {
     /// The backend's model; an error when it could not be built at RDB load (the data is kept, runs fail).
     pub handle: std::result::Result<Box<dyn LoadedModel>, Error>,
     pub stats: Arc<Stats>,
+    /// Recent run times, for running short requests inline (exec/inline.rs).
+    pub history: RunHistory,
 }
 
 impl Model {
@@ -93,7 +99,18 @@ impl Model {
     /// A model around an already loaded handle (tests use their own `LoadedModel`).
     pub fn with_handle(key: &[u8], spec: ModelSpec, handle: Result<Box<dyn LoadedModel>>) -> Model {
         let stats = Arc::new(Stats::new(key, EntryKind::Model, spec.backend.name(), &spec.device.name, &spec.tag));
-        Model { spec, handle, stats }
+        Model { spec, handle, stats, history: RunHistory::default() }
+    }
+
+    /// The numbers of inputs and outputs requests are checked against. A model kept without names whose backend
+    /// never loaded it (an AOF's AI.MODELSTORE of a model refused now) has none: `ANY_COUNT`, and its runs
+    /// reply why it cannot run.
+    pub fn io_counts(&self) -> (usize, usize) {
+        if self.handle.is_err() && self.spec.inputs.is_empty() && self.spec.outputs.is_empty() {
+            (ANY_COUNT, ANY_COUNT)
+        } else {
+            (self.spec.inputs.len(), self.spec.outputs.len())
+        }
     }
 
     pub fn loaded(&self) -> Result<&dyn LoadedModel> {

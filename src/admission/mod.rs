@@ -23,5 +23,6 @@ pub fn check(backend: BackendKind, blob: &[u8]) -> Result<()> {
         // Checked by the backend library once libtorch has parsed the archive (torch/src/shim.cpp).
         BackendKind::Torch => Ok(()),
     };
-    refused.map_err(Error::Generic)
+    // RedisAI sent ONNX Runtime's refusal of external data as it was, without `ERR `; our own texts have it.
+    refused.map_err(|e| if e == onnx::EXTERNAL_DATA { Error::Plain(e) } else { Error::Generic(e) })
 }

@@ -1,4 +1,592 @@
-//! (being written)
-pub fn check(_blob: &[u8]) -> Result<(), String> {
+//! ONNX admission: refuses a `ModelProto` that would make ONNX Runtime read a file, read process memory or
+//! run code that is not its own kernels. Found by walking the protobuf wire format (field numbers from
+//! onnx.proto of the onnx 1.23 package, cited at each use):
+//!
+//! - tensors with external data (`data_location` EXTERNAL or any `external_data` entry) anywhere ORT could
+//!   load one: graph initializers and sparse initializers, node attributes (`t`, `tensors`, `sparse_tensor`,
+//!   `sparse_tensors`), nested graphs (`g`, `graphs`: If/Loop/Scan bodies) at any depth, model-local
+//!   functions (their nodes and attribute defaults) and training-info graphs. ONNX Runtime 1.31 reads a
+//!   relative `location` (`../` included) from its working directory, Redis's `dir` (absolute paths and the
+//!   in-memory marker `*/_ORT_MEM_ADDR_/*` it refuses itself). Refused with RedisAI's text (its ONNX Runtime
+//!   was built with DISABLE_EXTERNAL_INITIALIZERS);
+//! - ORT's `EPContext` node, whose `ep_cache_context` attribute can name a file to read, and the `ATen`,
+//!   `PythonOp` and `PythonOpGrad` nodes, which call into PyTorch or Python;
+//! - nodes of domains that ONNX Runtime does not implement itself and that are not model-local functions:
+//!   they need a custom-op library (none is ever loaded);
+//! - the `ort_config` metadata entry, from which ORT takes session options (profiling files, thread counts)
+//!   when the server runs with ORT_LOAD_CONFIG_FROM_MODEL=1;
+//! - ORT-format models (flatbuffers; ORT takes any blob with the `ORTM` identifier as one), which this
+//!   check does not read.
+//!
+//! A blob that is not a well-formed protobuf is let through: ONNX Runtime parses the whole `ModelProto` with
+//! protobuf before it looks at anything, `protobuf::fields` accepts everything protobuf accepts, and this
+//! walk only descends into fields that onnx.proto declares as messages, so ONNX Runtime refuses such a blob
+//! itself ("Protobuf parsing failed"), with the error text clients already get.
+
+use std::collections::HashSet;
+
+use super::protobuf::{fields, Value};
+
+/// RedisAI's text (ONNX Runtime's, from a build with DISABLE_EXTERNAL_INITIALIZERS).
+pub const EXTERNAL_DATA: &str = "Initializer tensors with external data is not allowed.";
+
+/// Nesting of graphs (If/Loop/Scan bodies inside bodies) refused past this: it bounds the recursion.
+/// Protobuf's recursion limit (100 messages) already keeps ONNX Runtime from parsing 33 levels.
+pub const MAX_GRAPH_DEPTH: u32 = 64;
+
+/// The operator domains ONNX Runtime 1.31 registers itself (the domain strings in libonnxruntime.so.1.31.1:
+/// onnxruntime/core/graph/constants.h and ONNX's own), less `org.pytorch.aten` (its ATen op calls into
+/// PyTorch). A node of any other domain needs a custom-op library, unless it calls a model-local function.
+const ORT_DOMAINS: &[&[u8]] = &[
+    b"",
+    b"ai.onnx",
+    b"ai.onnx.ml",
+    b"ai.onnx.preview",
+    b"ai.onnx.preview.training",
+    b"ai.onnx.training",
+    b"com.microsoft",
+    b"com.microsoft.nchwc",
+    b"com.microsoft.experimental",
+    b"com.ms.internal.nhwc",
+];
+
+/// Ops of domain com.microsoft that reach outside ONNX Runtime, and why they are refused.
+const DENIED_MS_OPS: &[(&[u8], &str)] = &[
+    (b"EPContext", "which may read files"),
+    (b"ATen", "which calls into PyTorch"),
+    (b"PythonOp", "which runs Python code"),
+    (b"PythonOpGrad", "which runs Python code"),
+];
+
+/// Why the walk stopped.
+enum Stop {
+    Refused(String),
+    /// Not a protobuf ONNX Runtime could parse: it reports that itself.
+    Malformed,
+}
+
+type Walk = Result<(), Stop>;
+
+fn refused<T>(msg: impl Into<String>) -> Result<T, Stop> {
+    Err(Stop::Refused(msg.into()))
+}
+
+/// Calls `f` on every field of the message `buf`.
+fn each<'a>(buf: &'a [u8], mut f: impl FnMut(u32, Value<'a>) -> Walk) -> Walk {
+    for field in fields(buf) {
+        let (number, value) = field.map_err(|_| Stop::Malformed)?;
+        f(number, value)?;
+    }
     Ok(())
+}
+
+/// Refuses `blob` if it asks ONNX Runtime for files, memory or code (see the module doc).
+pub fn check(blob: &[u8]) -> Result<(), String> {
+    // ORT's IsOrtFormatModelBytes: flatbuffers' file identifier at bytes 4..8.
+    if blob.get(4..8) == Some(b"ORTM") {
+        return Err("ONNX model refused: ORT format models are not allowed (only ONNX protobuf models)".into());
+    }
+    let walk = local_functions(blob).and_then(|functions| Walker { functions }.model(blob));
+    match walk {
+        Ok(()) | Err(Stop::Malformed) => Ok(()),
+        Err(Stop::Refused(msg)) => Err(msg),
+    }
+}
+
+/// `(domain, name)` of every model-local function (ModelProto.functions = 25; FunctionProto.name = 1,
+/// .domain = 10; the last occurrence of a singular field wins, as in protobuf).
+fn local_functions(model: &[u8]) -> Result<Functions<'_>, Stop> {
+    let mut set = HashSet::new();
+    each(model, |n, v| {
+        if let (25, Some(function)) = (n, v.bytes()) {
+            let (mut name, mut domain) = (&[][..], &[][..]);
+            each(function, |n, v| {
+                match (n, v.bytes()) {
+                    (1, Some(b)) => name = b,
+                    (10, Some(b)) => domain = b,
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            set.insert((domain, name));
+        }
+        Ok(())
+    })?;
+    Ok(set)
+}
+
+/// `(domain, name)` pairs.
+type Functions<'a> = HashSet<(&'a [u8], &'a [u8])>;
+
+struct Walker<'a> {
+    functions: Functions<'a>,
+}
+
+impl<'a> Walker<'a> {
+    /// ModelProto: graph = 7, metadata_props = 14, training_info = 20, functions = 25.
+    fn model(&self, buf: &'a [u8]) -> Walk {
+        each(buf, |n, v| match (n, v.bytes()) {
+            (7, Some(graph)) => self.graph(graph, 1),
+            (14, Some(entry)) => ort_config(entry),
+            (20, Some(info)) => self.training_info(info),
+            (25, Some(function)) => self.function(function),
+            _ => Ok(()),
+        })
+    }
+
+    /// TrainingInfoProto: initialization = 1, algorithm = 2 (ONNX Runtime ignores them for inference;
+    /// walked anyway, so that nothing in the model escapes the check).
+    fn training_info(&self, buf: &'a [u8]) -> Walk {
+        each(buf, |n, v| match (n, v.bytes()) {
+            (1 | 2, Some(graph)) => self.graph(graph, 1),
+            _ => Ok(()),
+        })
+    }
+
+    /// FunctionProto: node = 7, attribute_proto = 11 (default values of the function's attributes).
+    fn function(&self, buf: &'a [u8]) -> Walk {
+        each(buf, |n, v| match (n, v.bytes()) {
+            (7, Some(node)) => self.node(node, 1),
+            (11, Some(attribute)) => self.attribute(attribute, 1),
+            _ => Ok(()),
+        })
+    }
+
+    /// GraphProto: node = 1, initializer = 5, sparse_initializer = 15. `depth` counts graphs from the top.
+    fn graph(&self, buf: &'a [u8], depth: u32) -> Walk {
+        if depth > MAX_GRAPH_DEPTH {
+            return refused(format!("ONNX model refused: subgraphs nested deeper than {MAX_GRAPH_DEPTH} levels"));
+        }
+        each(buf, |n, v| match (n, v.bytes()) {
+            (1, Some(node)) => self.node(node, depth),
+            (5, Some(tensor)) => self::tensor(tensor),
+            (15, Some(sparse)) => sparse_tensor(sparse),
+            _ => Ok(()),
+        })
+    }
+
+    /// NodeProto: name = 3, op_type = 4, attribute = 5, domain = 7.
+    fn node(&self, buf: &'a [u8], depth: u32) -> Walk {
+        let (mut name, mut op, mut domain) = (&[][..], &[][..], &[][..]);
+        each(buf, |n, v| {
+            match (n, v.bytes()) {
+                (3, Some(b)) => name = b,
+                (4, Some(b)) => op = b,
+                (7, Some(b)) => domain = b,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        self.op(name, op, domain)?;
+        each(buf, |n, v| match (n, v.bytes()) {
+            (5, Some(attribute)) => self.attribute(attribute, depth),
+            _ => Ok(()),
+        })
+    }
+
+    fn op(&self, name: &[u8], op: &[u8], domain: &[u8]) -> Walk {
+        let what = || {
+            let node = if name.is_empty() { "a node".to_string() } else { format!("node '{}'", show(name)) };
+            format!("ONNX model refused: {node} uses op")
+        };
+        if domain == b"com.microsoft" {
+            if let Some((_, why)) = DENIED_MS_OPS.iter().find(|(denied, _)| *denied == op) {
+                return refused(format!("{} {}, {why}", what(), show(op)));
+            }
+        }
+        if ORT_DOMAINS.contains(&domain) || self.functions.contains(&(domain, op)) {
+            return Ok(());
+        }
+        if domain == b"org.pytorch.aten" {
+            return refused(format!("{} {} of domain org.pytorch.aten, which calls into PyTorch", what(), show(op)));
+        }
+        refused(format!(
+            "{} '{}' of domain '{}', which ONNX Runtime does not implement (no custom-op libraries)",
+            what(),
+            show(op),
+            show(domain)
+        ))
+    }
+
+    /// AttributeProto: t = 5, g = 6, tensors = 10, graphs = 11, sparse_tensor = 22, sparse_tensors = 23.
+    fn attribute(&self, buf: &'a [u8], depth: u32) -> Walk {
+        each(buf, |n, v| match (n, v.bytes()) {
+            (5 | 10, Some(t)) => tensor(t),
+            (22 | 23, Some(sparse)) => sparse_tensor(sparse),
+            (6 | 11, Some(graph)) => self.graph(graph, depth + 1),
+            _ => Ok(()),
+        })
+    }
+}
+
+/// TensorProto: external_data = 13 (repeated StringStringEntryProto), data_location = 14 (enum; EXTERNAL = 1).
+fn tensor(buf: &[u8]) -> Walk {
+    each(buf, |n, v| match (n, v) {
+        (13, Value::Bytes(_)) => refused(EXTERNAL_DATA),
+        // protobuf reads an enum varint as int32, keeping the low 32 bits.
+        (14, Value::Varint(location)) if location as u32 == 1 => refused(EXTERNAL_DATA),
+        _ => Ok(()),
+    })
+}
+
+/// SparseTensorProto: values = 1, indices = 2.
+fn sparse_tensor(buf: &[u8]) -> Walk {
+    each(buf, |n, v| match (n, v.bytes()) {
+        (1 | 2, Some(t)) => tensor(t),
+        _ => Ok(()),
+    })
+}
+
+/// StringStringEntryProto (ModelProto.metadata_props): key = 1.
+fn ort_config(buf: &[u8]) -> Walk {
+    let mut key = &[][..];
+    each(buf, |n, v| {
+        if let (1, Some(b)) = (n, v.bytes()) {
+            key = b;
+        }
+        Ok(())
+    })?;
+    if key == b"ort_config" {
+        return refused("ONNX model refused: metadata 'ort_config' would set ONNX Runtime's session options");
+    }
+    Ok(())
+}
+
+/// A name from the model, printable and short enough for an error reply (no CR/LF can reach RESP).
+fn show(name: &[u8]) -> String {
+    const MAX: usize = 64;
+    let mut s = name[..name.len().min(MAX)].escape_ascii().to_string();
+    if name.len() > MAX {
+        s.push_str("...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A tiny protobuf encoder for hand-built messages.
+    enum F {
+        V(u32, u64),
+        B(u32, Vec<u8>),
+    }
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    fn msg(fields: &[F]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in fields {
+            match f {
+                F::V(n, v) => {
+                    varint(u64::from(*n) << 3, &mut out);
+                    varint(*v, &mut out);
+                }
+                F::B(n, b) => {
+                    varint(u64::from(*n) << 3 | 2, &mut out);
+                    varint(b.len() as u64, &mut out);
+                    out.extend_from_slice(b);
+                }
+            }
+        }
+        out
+    }
+
+    fn s(n: u32, text: &str) -> F {
+        F::B(n, text.as_bytes().to_vec())
+    }
+
+    /// A tensor "w" with `location: secret.txt`.
+    fn external_tensor() -> Vec<u8> {
+        let entry = msg(&[s(1, "location"), s(2, "secret.txt")]);
+        msg(&[F::V(1, 4), F::V(2, 1), s(8, "w"), F::B(13, entry), F::V(14, 1)])
+    }
+
+    fn plain_tensor() -> Vec<u8> {
+        msg(&[F::V(1, 1), F::V(2, 1), s(8, "w"), F::B(9, vec![0; 4])])
+    }
+
+    fn node(name: &str, op: &str, domain: &str, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut f = vec![s(1, "x"), s(2, "y"), s(3, name), s(4, op), s(7, domain)];
+        f.extend(attrs.iter().map(|a| F::B(5, a.clone())));
+        msg(&f)
+    }
+
+    fn graph(nodes: &[Vec<u8>], extra: Vec<F>) -> Vec<u8> {
+        let mut f: Vec<F> = nodes.iter().map(|n| F::B(1, n.clone())).collect();
+        f.push(s(2, "g"));
+        f.extend(extra);
+        msg(&f)
+    }
+
+    fn model(graph: Vec<u8>, extra: Vec<F>) -> Vec<u8> {
+        let opset = msg(&[s(1, ""), F::V(2, 17)]);
+        let mut f = vec![F::V(1, 8), s(2, "test"), F::B(8, opset), F::B(7, graph)];
+        f.extend(extra);
+        msg(&f)
+    }
+
+    fn identity() -> Vec<u8> {
+        node("id", "Identity", "", &[])
+    }
+
+    fn graph_attr(name: &str, g: Vec<u8>) -> Vec<u8> {
+        msg(&[s(1, name), F::V(20, 5), F::B(6, g)])
+    }
+
+    /// An If node whose then-branch is `body`.
+    fn if_node(body: Vec<u8>) -> Vec<u8> {
+        let other = graph(&[identity()], vec![]);
+        node("if", "If", "", &[graph_attr("then_branch", body), graph_attr("else_branch", other)])
+    }
+
+    fn refusal(blob: &[u8]) -> String {
+        check(blob).expect_err("refused")
+    }
+
+    #[test]
+    fn plain_models_pass() {
+        let g = graph(&[identity()], vec![F::B(5, plain_tensor())]);
+        assert_eq!(check(&model(g, vec![])), Ok(()));
+        // subgraphs, contrib ops, ai.onnx alias, ML ops
+        let g = graph(
+            &[
+                if_node(graph(&[identity()], vec![])),
+                node("a", "FusedMatMul", "com.microsoft", &[]),
+                node("b", "Relu", "ai.onnx", &[]),
+                node("c", "LinearRegressor", "ai.onnx.ml", &[]),
+                node("d", "ReorderInput", "com.microsoft.nchwc", &[]),
+            ],
+            vec![],
+        );
+        assert_eq!(check(&model(g, vec![])), Ok(()));
+    }
+
+    #[test]
+    fn external_initializer() {
+        let g = graph(&[identity()], vec![F::B(5, external_tensor())]);
+        assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+        // data_location alone, external_data alone
+        for t in [msg(&[s(8, "w"), F::V(14, 1)]), msg(&[s(8, "w"), F::B(13, msg(&[s(1, "location")]))])] {
+            let g = graph(&[identity()], vec![F::B(5, t)]);
+            assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+        }
+        // protobuf keeps the low 32 bits of an enum varint: 2^32 + 1 is EXTERNAL
+        let g = graph(&[identity()], vec![F::B(5, msg(&[F::V(14, (1 << 32) + 1)]))]);
+        assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+        // DEFAULT is fine
+        let g = graph(&[identity()], vec![F::B(5, msg(&[F::V(14, 0)]))]);
+        assert_eq!(check(&model(g, vec![])), Ok(()));
+    }
+
+    #[test]
+    fn sparse_initializer() {
+        for field in [1, 2] {
+            let sparse = msg(&[F::B(field, external_tensor()), F::V(3, 4)]);
+            let g = graph(&[identity()], vec![F::B(15, sparse)]);
+            assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA, "field {field}");
+        }
+    }
+
+    #[test]
+    fn node_attributes() {
+        let sparse = msg(&[F::B(1, external_tensor())]);
+        for attr in [
+            msg(&[s(1, "value"), F::V(20, 4), F::B(5, external_tensor())]),
+            msg(&[s(1, "value"), F::V(20, 9), F::B(10, plain_tensor()), F::B(10, external_tensor())]),
+            msg(&[s(1, "sparse_value"), F::V(20, 11), F::B(22, sparse.clone())]),
+            msg(&[s(1, "x"), F::V(20, 12), F::B(23, sparse.clone())]),
+        ] {
+            let g = graph(&[node("c", "Constant", "", &[attr])], vec![]);
+            assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+        }
+    }
+
+    #[test]
+    fn nested_graphs() {
+        let bad = graph(&[identity()], vec![F::B(5, external_tensor())]);
+        // If (g), Loop/Scan-like (graphs), and three levels down
+        let g = graph(&[if_node(bad.clone())], vec![]);
+        assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+        let graphs =
+            msg(&[s(1, "bodies"), F::V(20, 10), F::B(11, graph(&[identity()], vec![])), F::B(11, bad.clone())]);
+        let g = graph(&[node("l", "Loop", "", &[graphs])], vec![]);
+        assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+        let deep = (0..3).fold(bad, |inner, _| graph(&[if_node(inner)], vec![]));
+        assert_eq!(refusal(&model(deep, vec![])), EXTERNAL_DATA);
+        // a Constant inside a subgraph
+        let constant = node("k", "Constant", "", &[msg(&[s(1, "value"), F::B(5, external_tensor())])]);
+        let g = graph(&[if_node(graph(&[constant], vec![]))], vec![]);
+        assert_eq!(refusal(&model(g, vec![])), EXTERNAL_DATA);
+    }
+
+    #[test]
+    fn depth_bomb() {
+        let nest =
+            |levels: u32| (1..levels).fold(graph(&[identity()], vec![]), |inner, _| graph(&[if_node(inner)], vec![]));
+        assert_eq!(check(&model(nest(MAX_GRAPH_DEPTH), vec![])), Ok(()));
+        let err = refusal(&model(nest(MAX_GRAPH_DEPTH + 1), vec![]));
+        assert!(err.contains("nested deeper than 64"), "{err}");
+        // far deeper: no stack overflow, refused at the limit
+        let mut g = graph(&[identity()], vec![]);
+        for _ in 0..5000 {
+            g = graph(&[node("", "If", "", &[graph_attr("then_branch", g)])], vec![]);
+        }
+        assert!(refusal(&model(g, vec![])).contains("nested deeper"));
+    }
+
+    fn function(name: &str, domain: &str, nodes: &[Vec<u8>], attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut f = vec![s(1, name), s(4, "x"), s(5, "y"), s(10, domain)];
+        f.extend(nodes.iter().map(|n| F::B(7, n.clone())));
+        f.extend(attrs.iter().map(|a| F::B(11, a.clone())));
+        f.push(F::B(9, msg(&[s(1, ""), F::V(2, 17)])));
+        msg(&f)
+    }
+
+    #[test]
+    fn local_functions() {
+        let call = node("call", "MyFn", "my.domain", &[]);
+        // a call to a model-local function of a custom domain is fine
+        let ok = function("MyFn", "my.domain", &[identity()], &[]);
+        assert_eq!(check(&model(graph(std::slice::from_ref(&call), vec![]), vec![F::B(25, ok)])), Ok(()));
+        // external data inside the function body, or in an attribute default
+        let constant = node("k", "Constant", "", &[msg(&[s(1, "value"), F::B(5, external_tensor())])]);
+        let bad = function("MyFn", "my.domain", &[constant], &[]);
+        assert_eq!(refusal(&model(graph(std::slice::from_ref(&call), vec![]), vec![F::B(25, bad)])), EXTERNAL_DATA);
+        let default = msg(&[s(1, "value"), F::V(20, 4), F::B(5, external_tensor())]);
+        let bad = function("MyFn", "my.domain", &[identity()], &[default]);
+        assert_eq!(refusal(&model(graph(std::slice::from_ref(&call), vec![]), vec![F::B(25, bad)])), EXTERNAL_DATA);
+        // an unused function is checked too
+        let unused = function("Other", "my.domain", &[node("e", "EPContext", "com.microsoft", &[])], &[]);
+        assert!(refusal(&model(graph(&[identity()], vec![]), vec![F::B(25, unused)])).contains("EPContext"));
+        // a subgraph inside a function node
+        let inner = graph(&[identity()], vec![F::B(5, external_tensor())]);
+        let bad = function("MyFn", "my.domain", &[if_node(inner)], &[]);
+        assert_eq!(refusal(&model(graph(std::slice::from_ref(&call), vec![]), vec![F::B(25, bad)])), EXTERNAL_DATA);
+        // same name, other domain: not a local function
+        let other = function("MyFn", "other.domain", &[identity()], &[]);
+        let err = refusal(&model(graph(&[call], vec![]), vec![F::B(25, other)]));
+        assert!(err.contains("'MyFn' of domain 'my.domain'"), "{err}");
+    }
+
+    #[test]
+    fn denied_and_custom_ops() {
+        let one = |n: Vec<u8>| refusal(&model(graph(&[n], vec![]), vec![]));
+        let ep = node("ctx", "EPContext", "com.microsoft", &[msg(&[s(1, "ep_cache_context"), s(4, "/etc/passwd")])]);
+        assert_eq!(one(ep), "ONNX model refused: node 'ctx' uses op EPContext, which may read files");
+        assert!(one(node("", "ATen", "com.microsoft", &[])).contains("a node uses op ATen, which calls into PyTorch"));
+        assert!(one(node("p", "PythonOp", "com.microsoft", &[])).contains("runs Python code"));
+        assert!(one(node("p", "ATen", "org.pytorch.aten", &[])).contains("PyTorch"));
+        assert_eq!(
+            one(node("n", "Foo", "my.ops", &[])),
+            "ONNX model refused: node 'n' uses op 'Foo' of domain 'my.ops', which ONNX Runtime does not implement \
+             (no custom-op libraries)"
+        );
+        // inside a subgraph, and in a training-info graph
+        let g = graph(&[if_node(graph(&[node("n", "Foo", "my.ops", &[])], vec![]))], vec![]);
+        assert!(refusal(&model(g, vec![])).contains("'Foo'"));
+        let info = msg(&[F::B(2, graph(&[node("n", "EPContext", "com.microsoft", &[])], vec![]))]);
+        assert!(refusal(&model(graph(&[identity()], vec![]), vec![F::B(20, info)])).contains("EPContext"));
+        // the last domain of a node wins, as in protobuf
+        let n = msg(&[s(3, "n"), s(4, "EPContext"), s(7, "my.ops"), s(7, "com.microsoft")]);
+        assert!(one(n).contains("EPContext, which may read files"));
+        let n = msg(&[s(3, "n"), s(4, "Relu"), s(7, "my.ops"), s(7, "")]);
+        assert_eq!(check(&model(graph(&[n], vec![]), vec![])), Ok(()));
+        // names are escaped: nothing can break the reply
+        let err = one(node("a\r\nb", "Foo", "x\u{7f}", &[]));
+        assert!(err.contains(r"node 'a\r\nb'") && err.contains(r"'x\x7f'"), "{err}");
+        let err = one(node(&"n".repeat(1000), "Foo", "d", &[]));
+        assert!(err.len() < 300, "{err}");
+    }
+
+    #[test]
+    fn ort_config_and_ort_format() {
+        let meta = msg(&[s(1, "ort_config"), s(2, r#"{"session_options": {"enable_profiling": 1}}"#)]);
+        let err = refusal(&model(graph(&[identity()], vec![]), vec![F::B(14, meta)]));
+        assert!(err.contains("ort_config"), "{err}");
+        let meta = msg(&[s(1, "author"), s(2, "me")]);
+        assert_eq!(check(&model(graph(&[identity()], vec![]), vec![F::B(14, meta)])), Ok(()));
+        let err = refusal(b"\x10\x00\x00\x00ORTM\x00\x00\x00\x00");
+        assert!(err.contains("ORT format"), "{err}");
+    }
+
+    #[test]
+    fn malformed_is_left_to_onnx_runtime() {
+        // what ONNX Runtime cannot parse it refuses itself, with its own text
+        for bad in [&b"not an onnx model"[..], b"\x08\x08\x12\x00garbage", b"", b"\xff\xff"] {
+            assert_eq!(check(bad), Ok(()), "{bad:?}");
+        }
+        // a truncated good model, and a model whose external tensor comes after a malformed field
+        let good = model(graph(&[identity()], vec![F::B(5, plain_tensor())]), vec![]);
+        for cut in 0..good.len() {
+            assert_eq!(check(&good[..cut]), Ok(()));
+        }
+        // a group (protobuf parses and skips it) does not hide what follows
+        let mut m = model(graph(&[identity()], vec![]), vec![]);
+        m.extend_from_slice(&[0x9b, 0x01, 0x08, 0x01, 0x9c, 0x01]); // group 19 { 1: 1 }
+        m.extend(msg(&[F::B(7, graph(&[identity()], vec![F::B(5, external_tensor())]))]));
+        assert_eq!(refusal(&m), EXTERNAL_DATA);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+
+        /// Any bytes: an answer, never a panic.
+        #[test]
+        fn any_bytes(blob in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = check(&blob);
+        }
+
+        /// Models (committed, and one with every construct above) with a few bytes changed: never a panic.
+        #[test]
+        fn mutated_models(
+            which in 0usize..16,
+            edits in proptest::collection::vec((proptest::prelude::any::<u32>(), proptest::prelude::any::<u8>()), 1..8),
+        ) {
+            let mut models = committed();
+            let call = node("call", "MyFn", "my.domain", &[]);
+            let sparse = msg(&[F::B(1, plain_tensor())]);
+            let g = graph(&[if_node(graph(&[call], vec![F::B(15, sparse)]))], vec![F::B(5, plain_tensor())]);
+            models.push(model(g, vec![F::B(25, function("MyFn", "my.domain", &[identity()], &[]))]));
+            let mut blob = models[which % models.len()].clone();
+            for (at, byte) in edits {
+                let n = blob.len();
+                blob[at as usize % n] = byte;
+            }
+            let _ = check(&blob);
+        }
+    }
+
+    fn committed() -> Vec<Vec<u8>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "onnx") {
+                out.push(std::fs::read(&path).unwrap());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn committed_models_pass() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "onnx") {
+                let blob = std::fs::read(&path).unwrap();
+                assert_eq!(check(&blob), Ok(()), "{}", path.display());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 9, "{seen} models in {}", dir.display());
+    }
 }

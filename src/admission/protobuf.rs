@@ -1,6 +1,10 @@
 //! A minimal reader of the protobuf wire format, enough to walk ONNX `ModelProto` and TensorFlow `GraphDef`
 //! messages without their schemas. It never allocates more than the input holds and never panics: a
 //! malformed message is an `Err` (the backend would refuse it too).
+//!
+//! It accepts everything protobuf's own parser accepts, so that "this reader cannot parse it" implies "the
+//! backend cannot load it": groups (wire types 3/4), which no ONNX or TensorFlow field uses but protobuf
+//! still parses and keeps as unknown fields, are skipped rather than refused.
 
 /// One field of a message: its number and its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,21 +52,60 @@ fn take<'a>(buf: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
     Some(head)
 }
 
-impl<'a> Fields<'a> {
-    fn next_field(&mut self) -> Option<(u32, Value<'a>)> {
-        let key = varint(&mut self.buf)?;
-        let number = u32::try_from(key >> 3).ok().filter(|&n| n > 0)?;
-        let value = match key & 7 {
-            0 => Value::Varint(varint(&mut self.buf)?),
-            1 => Value::Fixed64(u64::from_le_bytes(take(&mut self.buf, 8)?.try_into().ok()?)),
-            2 => {
-                let len = usize::try_from(varint(&mut self.buf)?).ok()?;
-                Value::Bytes(take(&mut self.buf, len)?)
+/// Protobuf's default recursion limit (`CodedInputStream::GetDefaultRecursionLimit`): it refuses groups nested
+/// deeper, so stopping there accepts everything it accepts and bounds the recursion.
+const MAX_GROUP_DEPTH: u32 = 100;
+
+/// A field number (> 0) and a wire type.
+fn key(buf: &mut &[u8]) -> Option<(u32, u64)> {
+    // Protobuf reads a key as 32 bits and drops the rest (`ReadTag`: `uint32_t` arithmetic over at most 5
+    // bytes): a key of 5 bytes with bits above 31 set is the field the low 32 bits name, so a reader that kept
+    // them would see another field than the backend does.
+    let key = varint(buf)? as u32;
+    let number = Some(key >> 3).filter(|&n| n > 0)?;
+    Some((number, u64::from(key & 7)))
+}
+
+/// Skips the body of group `number` up to its matching end-group key (nested groups included).
+fn skip_group(buf: &mut &[u8], number: u32, depth: u32) -> Option<()> {
+    if depth >= MAX_GROUP_DEPTH {
+        return None;
+    }
+    loop {
+        let (n, wire) = key(buf)?;
+        match wire {
+            3 => skip_group(buf, n, depth + 1)?,
+            4 => return (n == number).then_some(()),
+            _ => {
+                value(buf, wire)?;
             }
-            5 => Value::Fixed32(u32::from_le_bytes(take(&mut self.buf, 4)?.try_into().ok()?)),
-            _ => return None, // groups (3, 4) are not used by ONNX or TensorFlow
-        };
-        Some((number, value))
+        }
+    }
+}
+
+/// The value of a field of wire type 0, 1, 2 or 5.
+fn value<'a>(buf: &mut &'a [u8], wire: u64) -> Option<Value<'a>> {
+    Some(match wire {
+        0 => Value::Varint(varint(buf)?),
+        1 => Value::Fixed64(u64::from_le_bytes(take(buf, 8)?.try_into().ok()?)),
+        2 => {
+            let len = usize::try_from(varint(buf)?).ok()?;
+            Value::Bytes(take(buf, len)?)
+        }
+        5 => Value::Fixed32(u32::from_le_bytes(take(buf, 4)?.try_into().ok()?)),
+        _ => return None, // 6, 7 do not exist; 4 (end group) outside a group fails in protobuf too
+    })
+}
+
+impl<'a> Fields<'a> {
+    /// The next field; `Some(None)` for a group, which was skipped.
+    fn next_field(&mut self) -> Option<Option<(u32, Value<'a>)>> {
+        let (number, wire) = key(&mut self.buf)?;
+        if wire == 3 {
+            skip_group(&mut self.buf, number, 0)?;
+            return Some(None);
+        }
+        Some(Some((number, value(&mut self.buf, wire)?)))
     }
 }
 
@@ -70,14 +113,17 @@ impl<'a> Iterator for Fields<'a> {
     type Item = Result<(u32, Value<'a>), String>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.buf.is_empty() {
-            return None;
-        }
-        match self.next_field() {
-            Some(f) => Some(Ok(f)),
-            None => {
-                self.failed = true;
-                Some(Err("malformed protobuf message".to_string()))
+        loop {
+            if self.failed || self.buf.is_empty() {
+                return None;
+            }
+            match self.next_field() {
+                Some(Some(f)) => return Some(Ok(f)),
+                Some(None) => continue,
+                None => {
+                    self.failed = true;
+                    return Some(Err("malformed protobuf message".to_string()));
+                }
             }
         }
     }
@@ -113,6 +159,32 @@ mod tests {
             got,
             vec![(1, Value::Varint(150)), (2, Value::Bytes(b"hi")), (3, Value::Fixed32(7)), (4, Value::Fixed64(9))]
         );
+    }
+
+    #[test]
+    fn groups_are_skipped_as_protobuf_does() {
+        // 1: varint 1; group 2 { 3: varint 5; group 4 { } }; 5: bytes "x"
+        let msg = [0x08, 1, 0x13, 0x18, 5, 0x23, 0x24, 0x14, 0x2a, 1, b'x'];
+        let got: Vec<_> = fields(&msg).collect::<Result<_, _>>().unwrap();
+        assert_eq!(got, vec![(1, Value::Varint(1)), (5, Value::Bytes(b"x"))]);
+        // a group that is the last field
+        assert_eq!(fields(&[0x13, 0x14]).count(), 0);
+        // unterminated, mismatched end, end group without a start, nesting past the limit: errors
+        let deep: Vec<u8> = std::iter::repeat_n(0x13, 200).chain(std::iter::repeat_n(0x14, 200)).collect();
+        for bad in [&[0x13, 0x08, 1][..], &[0x13, 0x1c][..], &[0x14][..], &deep[..]] {
+            let got: Vec<_> = fields(bad).collect();
+            assert_eq!(got.len(), 1, "{bad:?}");
+            assert!(got[0].is_err());
+        }
+    }
+
+    #[test]
+    fn keys_are_read_as_32_bits_like_protobuf() {
+        // field 1 (bytes "x") and an empty group 2, keys written in 5 bytes with bit 32 set: protobuf reads
+        // fields 1 and 2 (and matches the group's end); a reader keeping bit 32 would see field 2^29 + 1
+        let msg = [0x8a, 0x80, 0x80, 0x80, 0x10, 1, b'x', 0x93, 0x80, 0x80, 0x80, 0x10, 0x14];
+        let got: Vec<_> = fields(&msg).collect::<Result<_, _>>().unwrap();
+        assert_eq!(got, vec![(1, Value::Bytes(b"x"))]);
     }
 
     #[test]

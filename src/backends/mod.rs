@@ -38,6 +38,18 @@ pub trait LoadedModel: Send + Sync {
     fn inputs(&self) -> &[String];
     fn outputs(&self) -> &[String];
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+
+    /// Whether `run_within` stops a run that takes too long (a kill switch between ops): only such models
+    /// run inline on Redis's main thread (exec/inline.rs).
+    fn stops_early(&self) -> bool {
+        false
+    }
+
+    /// `run`, stopped once `limit` has passed: `None` then (the run had no effect; the caller queues it).
+    fn run_within(&self, inputs: &[&Tensor], limit: std::time::Duration) -> Option<Result<Vec<Tensor>>> {
+        let _ = limit;
+        Some(self.run(inputs))
+    }
 }
 
 /// A compiled script. `run` may be called from several worker threads at once.
@@ -148,6 +160,14 @@ impl<T> Pool<T> {
 
     pub fn give(&self, item: T) {
         self.0.lock().push(item);
+    }
+
+    /// `run` with a free object, or `None` when none is free (nothing is made).
+    pub fn try_with<R>(&self, run: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let mut item = self.0.lock().pop()?;
+        let result = run(&mut item);
+        self.give(item);
+        Some(result)
     }
 
     /// `run` with a free object (`make` one when none is free).

@@ -2,6 +2,7 @@
 //! loads (and serves everything else) without it.
 
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -165,20 +166,48 @@ impl LoadedModel for OnnxModel {
     }
 
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        check_input_count(self.inputs.len(), inputs.len())?;
-        let values: Vec<SessionInputValue> =
-            inputs.iter().map(|t| to_value(t).map(SessionInputValue::from)).collect::<Result<_>>()?;
-        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values))?
+        let values = self.values(inputs)?;
+        let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
+        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values, limit, None))?
+    }
+
+    fn stops_early(&self) -> bool {
+        true
+    }
+
+    /// Only with a session already built (building one would take the main thread far past `limit`).
+    fn run_within(&self, inputs: &[&Tensor], limit: Duration) -> Option<Result<Vec<Tensor>>> {
+        let values = match self.values(inputs) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        };
+        let stopped = Arc::new(AtomicBool::new(false));
+        let result = self.pool.try_with(|session| self.run_on(session, &values, limit, Some(stopped.clone())))?;
+        (!stopped.load(Ordering::Acquire)).then_some(result)
     }
 }
 
 impl OnnxModel {
-    fn run_on(&self, session: &mut Session, values: &[SessionInputValue]) -> Result<Vec<Tensor>> {
-        // The kill switch: a run past MODEL_EXECUTION_TIMEOUT is told to stop by the watchdog.
+    fn values(&self, inputs: &[&Tensor]) -> Result<Vec<SessionInputValue<'static>>> {
+        check_input_count(self.inputs.len(), inputs.len())?;
+        inputs.iter().map(|t| to_value(t).map(SessionInputValue::from)).collect()
+    }
+
+    /// One run, told to stop by the watchdog once `limit` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
+    /// or the inline limit, which also sets `stopped`).
+    fn run_on(
+        &self,
+        session: &mut Session,
+        values: &[SessionInputValue],
+        limit: Duration,
+        stopped: Option<Arc<AtomicBool>>,
+    ) -> Result<Vec<Tensor>> {
         let options = Arc::new(RunOptions::new().map_err(backend_err)?);
-        let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
         let stopper = options.clone();
         let _watch = watchdog::watch(Instant::now() + limit, move || {
+            if let Some(s) = &stopped {
+                s.store(true, Ordering::Release);
+            }
             let _ = stopper.terminate();
         });
         let before = onnx_alloc::overruns();

@@ -12,6 +12,7 @@ pub enum ConfigCmd {
     LoadBackend(BackendKind, String),
     BackendsPath(String),
     ModelChunkSize(usize),
+    InlineThreshold(u64),
     Get(Vec<u8>),
 }
 
@@ -35,6 +36,10 @@ pub fn parse_config(argv: &[&[u8]]) -> Result<ConfigCmd> {
         let v = argv.get(2).ok_or_else(|| err("MODEL_CHUNK_SIZE: missing chunk size"))?;
         let n = parse_i64(v).filter(|&n| n > 0).ok_or_else(|| err("MODEL_CHUNK_SIZE: invalid chunk size"))?;
         Ok(ConfigCmd::ModelChunkSize(n as usize))
+    } else if is_keyword(sub, "INLINE_THRESHOLD") {
+        let v = argv.get(2).ok_or_else(|| err("INLINE_THRESHOLD: missing value"))?;
+        let us = crate::config::inline_threshold(v).ok_or_else(|| err("INLINE_THRESHOLD: invalid value"))?;
+        Ok(ConfigCmd::InlineThreshold(us))
     } else if is_keyword(sub, "GET") {
         Ok(ConfigCmd::Get(argv.get(2).ok_or(arity)?.to_vec()))
     } else {

@@ -96,7 +96,8 @@ fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Pars
             return Err(Error::WrongArity("AI.MODELEXECUTE"));
         }
         let model = r.model(op[1])?;
-        let a = parse_modelexecute(op, model.spec.inputs.len(), model.spec.outputs.len())?;
+        let (ni, no) = model.io_counts();
+        let a = parse_modelexecute(op, ni, no)?;
         if a.timeout.is_some() {
             return Err(err("TIMEOUT not allowed within a DAG command"));
         }
@@ -112,7 +113,8 @@ fn parse_op<'a>(op: &[&'a [u8]], kind: DagKind, r: &dyn Resolver) -> Result<Pars
         if op.get(2).is_some_and(|a| is_keyword(a, "TIMEOUT")) {
             return Err(err("TIMEOUT not allowed within a DAG command"));
         }
-        let a = parse_modelrun(op, model.spec.inputs.len(), model.spec.outputs.len())?;
+        let (ni, no) = model.io_counts();
+        let a = parse_modelrun(op, ni, no)?;
         Ok(Parsed::Model { model, inputs: a.inputs, outputs: a.outputs })
     } else if is_keyword(name, "AI.SCRIPTEXECUTE") {
         if kind.deprecated() {

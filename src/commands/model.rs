@@ -279,7 +279,7 @@ fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected
         let cap = format!("{}{}", what[..1].to_ascii_uppercase(), &what[1..]);
         return Err(err(&format!("{cap} count must be a positive integer")));
     }
-    if n as usize != expected {
+    if expected != crate::model::ANY_COUNT && n as usize != expected {
         return Err(plain(&format!("Number of keys given as {upper} here does not match model definition")));
     }
     let keys = args.get(*pos + 2..*pos + 2 + n as usize).ok_or_else(|| {
@@ -321,10 +321,11 @@ pub fn parse_modelrun<'a>(argv: &[&'a [u8]], ninputs: usize, noutputs: usize) ->
     let rest = &argv[pos + 1..];
     let out_at = rest.iter().position(|a| is_keyword(a, "OUTPUTS")).ok_or_else(|| err("OUTPUTS not specified"))?;
     let (inputs, outputs) = (rest[..out_at].to_vec(), rest[out_at + 1..].to_vec());
-    if inputs.len() != ninputs {
+    let differs = |n: usize, expected: usize| expected != crate::model::ANY_COUNT && n != expected;
+    if differs(inputs.len(), ninputs) {
         return Err(plain("Number of keys given as INPUTS here does not match model definition"));
     }
-    if outputs.len() != noutputs {
+    if differs(outputs.len(), noutputs) {
         return Err(plain("Number of keys given as OUTPUTS here does not match model definition"));
     }
     Ok(ExecuteArgs { inputs, outputs, timeout })

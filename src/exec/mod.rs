@@ -1,6 +1,7 @@
 //! The execution engine: every execution is a DAG plan, run by per-device queues.
 
 pub mod dag;
+pub mod inline;
 pub mod lazy_free;
 pub mod queue;
 pub mod run;

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 
 use super::dag::{OpKind, Plan};
 use super::queue::{Queue, Queues};
+use crate::backends::LoadedModel;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::tensor::Tensor;
@@ -125,6 +126,41 @@ impl Run {
     /// True when an op failed.
     pub fn failed(&self) -> bool {
         self.state.lock().failed
+    }
+
+    /// Runs a one-model plan on the calling thread (Redis's main thread: exec/inline.rs), giving up after
+    /// `limit`. The finished run, or the untouched plan when the run was stopped (the caller queues it).
+    pub fn run_inline(plan: Plan, limit: std::time::Duration) -> std::result::Result<Run, Box<Plan>> {
+        let run = Run::finished(plan);
+        let Some(OpKind::Model { model, inputs, outputs }) = run.plan.ops.first().map(|op| &op.kind) else {
+            return Err(Box::new(run.plan));
+        };
+        let loaded: Option<Vec<Arc<Tensor>>> = inputs.iter().map(|&s| run.slot(s)).collect();
+        let Some(loaded) = loaded else { return Err(Box::new(run.plan)) };
+        let start = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            run_model(model, outputs.len(), &loaded, |m, refs| m.run_within(refs, limit))
+        }))
+        .unwrap_or_else(|_| Some(Err(Error::Generic("internal error: the operation panicked".into()))));
+        let Some(result) = result else {
+            model.history.record_stopped(start.elapsed().as_micros() as u64);
+            return Err(Box::new(run.plan));
+        };
+        {
+            let mut st = run.state.lock();
+            let outcome = match result {
+                Ok(outs) => {
+                    for (&s, t) in outputs.iter().zip(outs) {
+                        st.slots[s] = Some(t);
+                    }
+                    OpOutcome::Done
+                }
+                Err(e) => OpOutcome::Failed(e),
+            };
+            st.failed = matches!(outcome, OpOutcome::Failed(_));
+            st.outcomes = vec![outcome];
+        }
+        Ok(run)
     }
 
     /// Hands the run to its completion. Takes the caller's `Arc` so that no worker keeps the run (and the
@@ -341,27 +377,46 @@ pub fn step_batch(entries: Vec<Entry>) {
     }
 }
 
+/// Runs a model op with `runner` (the backend's `run`, or `run_within` for an inline run), checks the number
+/// of outputs and records AI.INFO's stats and the run history. `None`: `runner` gave up (nothing recorded).
+fn run_model(
+    model: &Model,
+    noutputs: usize,
+    inputs: &[Arc<Tensor>],
+    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
+) -> Option<Result<Vec<Arc<Tensor>>>> {
+    let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
+    let start = Instant::now();
+    let result = match model.loaded() {
+        Ok(m) => runner(m, &refs)?,
+        Err(e) => Err(e),
+    }
+    .and_then(|outs| {
+        if outs.len() == noutputs {
+            Ok(outs)
+        } else {
+            Err(Error::Generic("Model did not generate the expected number of outputs".into()))
+        }
+    });
+    match &result {
+        Ok(outs) => {
+            let micros = start.elapsed().as_micros() as u64;
+            model.stats.record_success(micros as i64, outs.first().map_or(0, |t| t.dim0()));
+            model.history.record(micros, refs.iter().map(|t| t.data().len() as u64).sum());
+        }
+        Err(_) => model.stats.record_error(),
+    }
+    Some(result.map(|outs| outs.into_iter().map(Arc::new).collect()))
+}
+
 /// Runs one op on the calling worker thread.
 fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
     match op {
         OpKind::Model { model, outputs, .. } => {
-            let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
-            let start = Instant::now();
-            let result = model.loaded().and_then(|m| m.run(&refs)).and_then(|outs| {
-                if outs.len() == outputs.len() {
-                    Ok(outs)
-                } else {
-                    Err(Error::Generic("Model did not generate the expected number of outputs".into()))
-                }
-            });
-            match &result {
-                Ok(outs) => {
-                    let samples = outs.first().map_or(0, |t| t.dim0());
-                    model.stats.record_success(start.elapsed().as_micros() as i64, samples);
-                }
-                Err(_) => model.stats.record_error(),
-            }
-            Ok(result?.into_iter().map(Arc::new).collect())
+            run_model(model, outputs.len(), inputs, |m, refs| Some(m.run(refs))).unwrap_or_else(|| {
+                // `run` always answers; only `run_within` (inline) gives up.
+                Err(Error::Generic("the operation did not run".into()))
+            })
         }
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();

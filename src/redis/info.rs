@@ -76,5 +76,9 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_field_str(ctx, "redisai_rs_version", env!("CARGO_PKG_VERSION"));
         // The backend memory bound in force (BACKEND_MEMORY_LIMIT, or the default from maxmemory / the machine).
         raw::add_info_field_long_long(ctx, "backend_memory_bound", c.backend_memory_bound() as i64);
+        // Model executions run inline on the main thread, and handed to a worker (exec/inline.rs).
+        let (inline, queued) = crate::exec::inline::counts();
+        raw::add_info_field_long_long(ctx, "inline_runs", inline as i64);
+        raw::add_info_field_long_long(ctx, "queued_runs", queued as i64);
     }));
 }

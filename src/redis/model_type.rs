@@ -54,7 +54,7 @@ extern "C" fn model_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mu
             let model = Model::restore(&key, spec);
             if let Err(e) = &model.handle {
                 log_warning(&format!(
-                    "redisai: model '{}' was loaded but cannot run until its backend is available: {e}",
+                    "redisai: model '{}' was loaded with its data but cannot run: {e}",
                     String::from_utf8_lossy(&key)
                 ));
             }

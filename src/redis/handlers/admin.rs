@@ -46,12 +46,15 @@ pub fn config(c: &Cmd) -> Result<()> {
         ConfigCmd::LoadBackend(b, path) => backends::load_backend_library(b, &path)?,
         ConfigCmd::BackendsPath(p) => CONFIG.write().backends_path = Some(p),
         ConfigCmd::ModelChunkSize(n) => CONFIG.write().model_chunk_size = n,
+        ConfigCmd::InlineThreshold(us) => CONFIG.write().inline_threshold_us = us,
         ConfigCmd::Get(what) => {
             let cfg = CONFIG.read().clone();
             let r = if is_keyword(&what, "BACKENDSPATH") {
                 Reply::Bulk(cfg.backends_path.unwrap_or_default().into_bytes().into())
             } else if is_keyword(&what, "MODEL_CHUNK_SIZE") {
                 Reply::Int(cfg.model_chunk_size as i64)
+            } else if is_keyword(&what, "INLINE_THRESHOLD") {
+                Reply::Int(cfg.inline_threshold_us as i64)
             } else {
                 Reply::Null
             };

@@ -10,10 +10,11 @@ use crate::commands::model::{
     concat, modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset_head, parse_modelstore_head, ExecuteArgs,
 };
 use crate::config::CONFIG;
+use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
-use crate::exec::queues;
 use crate::exec::run::Run;
+use crate::exec::{inline, queues};
 use crate::model::{Model, ModelSpec};
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
@@ -24,17 +25,27 @@ use crate::stats;
 
 pub fn modelstore(c: &Cmd) -> Result<()> {
     let (spec, payload) = parse_modelstore_head(&c.args)?;
-    store_in_background(c, "model", move |key, args| build_model(key, spec, &args[payload..]), commit_model)
+    let keep = Blocked::from_replication(c.ctx);
+    store_in_background(c, "model", move |key, args| build_model(key, spec, &args[payload..], keep), commit_model)
 }
 
 pub fn modelset(c: &Cmd) -> Result<()> {
     let (spec, payload) = parse_modelset_head(&c.args)?;
-    store_in_background(c, "model", move |key, args| build_model(key, spec, &args[payload..]), commit_model)
+    let keep = Blocked::from_replication(c.ctx);
+    store_in_background(c, "model", move |key, args| build_model(key, spec, &args[payload..], keep), commit_model)
 }
 
 /// On the build thread: the payload is joined here, not on the main thread (a model can be hundreds of MB).
-fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]]) -> Result<Model> {
-    Model::build(key, ModelSpec { blob: concat(chunks), ..spec })
+/// `keep`: the command comes from the AOF or the primary, where the model was accepted once: as for an RDB, a
+/// model that cannot be built (its backend is missing, or admission refuses it now) is kept with its bytes and
+/// replies the error when executed, so no data is lost.
+fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]], keep: bool) -> Result<Model> {
+    let spec = ModelSpec { blob: concat(chunks), ..spec };
+    if keep {
+        Ok(Model::restore(key, spec))
+    } else {
+        Model::build(key, spec)
+    }
 }
 
 fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Result<()> {
@@ -87,11 +98,24 @@ pub fn modelrun(c: &Cmd) -> Result<()> {
 
 type ExecuteParser = for<'a> fn(&[&'a [u8]], usize, usize) -> Result<ExecuteArgs<'a>>;
 
+/// Whether this execution runs inline on the main thread (exec/inline.rs), and for how long at most.
+fn inline_ok(model: &Model, plan: &Plan, device: &str) -> Option<std::time::Duration> {
+    let threshold = CONFIG.read().inline_threshold_us;
+    let input_bytes = plan.loaded.iter().map(|(_, t)| t.data().len() as u64).sum();
+    let eligible = model.spec.batch.size == 0
+        && model.spec.device.kind == DeviceKind::Cpu
+        && model.loaded().is_ok_and(|m| m.stops_early())
+        && inline::may_run_inline(&model.history, input_bytes, threshold)
+        && queues().get(device).is_ok_and(|q| q.is_idle());
+    eligible.then(|| inline::inline_limit(threshold))
+}
+
 /// A model execution is a one-op DAG: inputs loaded at parse time, outputs persisted at reply time.
 fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
     let model = Key::open(c.ctx, c.raw[1], false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
-    let args = parse(&c.args, model.spec.inputs.len(), model.spec.outputs.len())?;
+    let (ni, no) = model.io_counts();
+    let args = parse(&c.args, ni, no)?;
     let mut plan = Plan { timeout: args.timeout, ..Plan::default() };
     let mut inputs = Vec::with_capacity(args.inputs.len());
     for key in &args.inputs {
@@ -104,8 +128,21 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     plan.persist = args.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
     let device = model.spec.device.queue_key();
     ensure_queue(&device)?;
+    let inline = inline_ok(&model, &plan, &device);
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
     set_caller(c, &mut plan, false);
+    if let Some(limit) = inline {
+        match Run::run_inline(plan, limit) {
+            Ok(run) => {
+                inline::count(true);
+                reply_single_op(c.ctx, &run);
+                return Ok(());
+            }
+            // Stopped at the limit: it runs on a worker as if it had not started.
+            Err(p) => plan = *p,
+        }
+    }
+    inline::count(false);
     let blocked = Blocked::new(c.ctx)?;
     Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
 }

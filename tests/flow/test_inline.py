@@ -1,0 +1,123 @@
+"""Short model runs inline on the main thread (exec/inline.rs): which runs qualify, and that replies, outputs,
+replication, AI.INFO statistics and errors are those of a queued run. A run whose time suddenly grows is
+stopped at the inline limit and finished on a worker, with the right result."""
+import numpy as np
+import pytest
+import redis
+from onnx import TensorProto, helper
+
+from conftest import wait_for
+from onnx_models import blob, get_tensor, make_model, modules_info, set_tensor
+
+
+def runs(server):
+    info = modules_info(server)
+    return int(info["ai_inline_runs"]), int(info["ai_queued_runs"])
+
+
+def execute(con, key="m", inputs=("a", "a"), out="c"):
+    return con.execute_command("AI.MODELEXECUTE", key, "INPUTS", len(inputs), *inputs, "OUTPUTS", 1, out)
+
+
+def test_short_runs_go_inline_after_the_first_ones(server):
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(c, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
+    before = runs(server)
+    for _ in range(10):
+        assert execute(c) == b"OK"
+    inline, queued = (a - b for a, b in zip(runs(server), before))
+    assert queued >= 3 and inline >= 1 and inline + queued == 10, (inline, queued)
+    np.testing.assert_array_equal(get_tensor(c, "c"), [[1.0, 4.0], [9.0, 16.0]])
+    info = c.execute_command("AI.INFO", "m")
+    fields = dict(zip(info[::2], info[1::2]))
+    assert fields[b"calls"] == 10 and fields[b"errors"] == 0 and fields[b"samples"] == 20
+    # Errors are the same: a wrong input type fails inline as on a worker.
+    set_tensor(c, "i", np.array([[1, 2]], dtype=np.int32))
+    with pytest.raises(redis.ResponseError) as e:
+        execute(c, inputs=("i", "i"))
+    assert "Unexpected input data type" in str(e.value)
+
+
+@pytest.mark.module_args("INLINE_THRESHOLD", "0")
+def test_threshold_zero_keeps_every_run_queued(server):
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(c, "a", np.ones((2, 2), dtype=np.float32))
+    for _ in range(10):
+        execute(c)
+    assert runs(server)[0] == 0
+    assert c.execute_command("AI.CONFIG", "GET", "INLINE_THRESHOLD") == 0
+    assert c.execute_command("AI.CONFIG", "INLINE_THRESHOLD", 100) == b"OK"
+    for _ in range(3):
+        execute(c)
+    assert runs(server)[0] >= 1
+    with pytest.raises(redis.ResponseError):
+        c.execute_command("AI.CONFIG", "INLINE_THRESHOLD", -1)
+
+
+def test_batching_models_never_run_inline(server):
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BATCHSIZE", 4, "BLOB", blob("mul"))
+    set_tensor(c, "a", np.ones((1, 2), dtype=np.float32))
+    for _ in range(10):
+        execute(c)
+    assert runs(server)[0] == 0
+
+
+def loop_model():
+    """y = x + n (a Loop of n iterations, n an INT64 scalar input): its run time grows with the value of n."""
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), helper.make_tensor_value_info("v_in", f, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", f, [1])],
+        [helper.make_tensor("one", f, [1], [1.0])])
+    return make_model([helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)],
+                      [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                       helper.make_tensor_value_info("x", f, [1])],
+                      [helper.make_tensor_value_info("y", f, [1])],
+                      [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+
+
+def test_a_run_that_suddenly_grows_finishes_on_a_worker(make_server, make_replica):
+    # A higher threshold than the default, so that a loaded test machine still counts 1 iteration as short.
+    master = make_server(module_args=["INLINE_THRESHOLD", "1000"])
+    replica = make_replica(master)
+    c = master.client()
+    c.execute_command("AI.MODELSTORE", "loop", "ONNX", "CPU", "BLOB", loop_model())
+    c.execute_command("AI.TENSORSET", "x", "FLOAT", 1, "VALUES", 0)
+    c.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 1)
+    for _ in range(30):  # the first runs are slow (ONNX Runtime warms up): enough short ones to forget them
+        execute(c, "loop", ("n", "x"), "y")
+    inline0, queued0 = runs(master)
+    assert inline0 >= 1
+    # 300,000 iterations take far longer than the inline limit: stopped there, run again on a worker.
+    c.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 300000)
+    assert execute(c, "loop", ("n", "x"), "y") == b"OK"
+    assert get_tensor(c, "y").tolist() == [300000.0]
+    inline1, queued1 = runs(master)
+    assert (inline1, queued1) == (inline0, queued0 + 1)
+    # The model is slow now: the next runs are queued from the start.
+    execute(c, "loop", ("n", "x"), "y")
+    assert runs(master) == (inline1, queued1 + 1)
+    info = c.execute_command("AI.INFO", "loop")
+    fields = dict(zip(info[::2], info[1::2]))
+    assert fields[b"calls"] == 32 and fields[b"errors"] == 0
+    # Outputs of inline and queued runs replicate alike.
+    assert c.execute_command("WAIT", 1, 10000) == 1
+    assert get_tensor(replica.client(), "y").tolist() == [300000.0]
+
+
+def test_inside_multi_it_is_still_refused(con):
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(con, "a", np.ones((2, 2), dtype=np.float32))
+    for _ in range(5):
+        execute(con)
+    p = con.pipeline(transaction=True)
+    p.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
+    with pytest.raises(redis.ResponseError) as e:
+        p.execute()
+    assert "Cannot run RedisAI command within a transaction or a LUA script" in str(e.value)
