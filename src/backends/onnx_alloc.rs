@@ -178,17 +178,19 @@ mod tests {
         let blocks: Vec<(*mut c_void, usize)> = (0..200)
             .map(|i| {
                 let size = 1 + i * 37;
+                // SAFETY: as above.
                 (unsafe { alloc(std::ptr::null_mut(), size) }, size)
             })
             .collect();
         for &(p, size) in &blocks {
             assert!(!p.is_null());
             assert_eq!(p as usize % ALIGN, 0);
-            // the whole block is writable
+            // SAFETY: the whole block is writable: `alloc` returned `size` bytes at `p`.
             unsafe { std::ptr::write_bytes(p as *mut u8, 0xab, size) };
         }
         assert!(counters().0 >= before + blocks.iter().map(|b| b.1 as u64).sum::<u64>());
         for (p, _) in blocks {
+            // SAFETY: each block came from `alloc` and is freed once.
             unsafe { free(std::ptr::null_mut(), p) };
         }
     }

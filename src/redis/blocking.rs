@@ -117,8 +117,8 @@ extern "C" fn on_reply(ctx: *mut raw::RedisModuleCtx, _argv: *mut *mut raw::Redi
 
 extern "C" fn on_free(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     if !privdata.is_null() {
-        // SAFETY: privdata is the Box<Option<Finish>> given to UnblockClient; Redis frees it once.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: privdata is the Box<Option<Finish>> given to UnblockClient; Redis frees it once.
             drop(unsafe { Box::from_raw(privdata as *mut Option<Finish>) })
         }));
     }

@@ -10,6 +10,7 @@ use crate::config::CONFIG;
 fn cpu_time(who: c_int) -> (String, String) {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: the call writes into `ru` only.
     if unsafe { libc::getrusage(who, &mut ru) } != 0 {
         return ("N/A".into(), "N/A".into());
     }

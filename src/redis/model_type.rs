@@ -131,6 +131,7 @@ extern "C" fn model_mem_usage(value: *const c_void) -> usize {
 extern "C" fn model_free(value: *mut c_void) {
     // SAFETY: see `model_ref`; Redis frees each value once. Runs still holding the model keep it alive.
     guard("AI__MODEL free", (), || {
+        // SAFETY: as above: the value Redis stored, given back once.
         let value = unsafe { ModuleType::<Model>::take_value(value) };
         // AI.INFO forgets the key now, even if a finishing run still holds the model for a moment.
         stats::unregister(&value.stats);

@@ -16,37 +16,6 @@ use crate::config::{self, Config};
 /// RedisAI 1.2.7 as MAJOR*10000+MINOR*100+PATCH: the release whose interface this module implements.
 const MODULE_VERSION: c_int = 10207;
 
-type CommandFn = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
-/// Name, entry point, flags, first/last/step key positions. Every command with keys declares `getkeys-api`:
-/// its callback gives each key's read/write flags, which ACL selectors (`%R~in:*`, `%W~out:*`) are checked
-/// against (a legacy first/last/step spec would mark every key read+write). AI.CONFIG is `admin` (so in
-/// @admin and @dangerous, like CONFIG SET and MODULE LOAD): it loads shared libraries.
-const COMMANDS: &[(&str, CommandFn, &str, c_int, c_int, c_int)] = &[
-    ("ai.tensorset", handlers::ai_tensorset, "write deny-oom getkeys-api", 1, 1, 1),
-    ("ai.tensorget", handlers::ai_tensorget, "readonly getkeys-api", 1, 1, 1),
-    ("ai.modelstore", handlers::ai_modelstore, "write deny-oom getkeys-api", 1, 1, 1),
-    ("ai.modelset", handlers::ai_modelset, "write deny-oom getkeys-api", 1, 1, 1),
-    ("ai.modelget", handlers::ai_modelget, "readonly getkeys-api", 1, 1, 1),
-    ("ai.modeldel", handlers::ai_modeldel, "write getkeys-api", 1, 1, 1),
-    ("ai.modelexecute", handlers::ai_modelexecute, "write deny-oom getkeys-api", 4, 4, 1),
-    ("ai.modelrun", handlers::ai_modelrun, "write deny-oom getkeys-api", 3, 3, 1),
-    ("ai._modelscan", handlers::ai_modelscan, "readonly", 0, 0, 0),
-    ("ai.scriptstore", handlers::ai_scriptstore, "write deny-oom getkeys-api", 1, 1, 1),
-    ("ai.scriptset", handlers::ai_scriptset, "write deny-oom getkeys-api", 1, 1, 1),
-    ("ai.scriptget", handlers::ai_scriptget, "readonly getkeys-api", 1, 1, 1),
-    ("ai.scriptdel", handlers::ai_scriptdel, "write getkeys-api", 1, 1, 1),
-    ("ai.scriptexecute", handlers::ai_scriptexecute, "write deny-oom getkeys-api", 5, 5, 1),
-    ("ai.scriptrun", handlers::ai_scriptrun, "write deny-oom getkeys-api", 4, 4, 1),
-    ("ai._scriptscan", handlers::ai_scriptscan, "readonly", 0, 0, 0),
-    ("ai.info", handlers::ai_info, "readonly getkeys-api", 1, 1, 1),
-    ("ai.config", handlers::ai_config, "admin", 0, 0, 0),
-    ("ai.dagexecute", handlers::ai_dagexecute, "write deny-oom getkeys-api", 3, 3, 1),
-    ("ai.dagexecute_ro", handlers::ai_dagexecute_ro, "readonly getkeys-api", 3, 3, 1),
-    ("ai.dagrun", handlers::ai_dagrun, "write deny-oom getkeys-api", 3, 3, 1),
-    ("ai.dagrun_ro", handlers::ai_dagrun_ro, "readonly getkeys-api", 3, 3, 1),
-];
-
 /// # Safety
 /// Called by Redis exactly once, with a valid context and `argc` argument strings.
 #[no_mangle]
@@ -120,14 +89,15 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         return ERR;
     }
 
-    for &(name, func, flags, first, last, step) in COMMANDS {
-        let (name_c, flags_c) = (CString::new(name).unwrap_or_default(), CString::new(flags).unwrap_or_default());
+    for cmd in handlers::COMMANDS {
+        let (name, (first, last, step)) = (cmd.name, cmd.keys);
+        let (name_c, flags_c) = (CString::new(name).unwrap_or_default(), CString::new(cmd.flags).unwrap_or_default());
         // SAFETY: ctx is the loading context; both strings are NUL-terminated and copied by Redis.
         let status = unsafe {
             raw::RedisModule_CreateCommand.expect("API initialised")(
                 ctx,
                 name_c.as_ptr() as *const c_char,
-                Some(func),
+                Some(cmd.entry),
                 flags_c.as_ptr() as *const c_char,
                 first,
                 last,
@@ -190,6 +160,7 @@ fn module_dir() -> Option<String> {
     // such as vectorset into the server, and symbol interposition then points dladdr at redis-server).
     static ANCHOR: u8 = 0;
     let addr = std::ptr::addr_of!(ANCHOR) as *const std::ffi::c_void;
+    // SAFETY: as above: dladdr reads the address and fills `info`.
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }

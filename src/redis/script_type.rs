@@ -101,6 +101,7 @@ extern "C" fn script_mem_usage(value: *const c_void) -> usize {
 extern "C" fn script_free(value: *mut c_void) {
     // SAFETY: see `script_ref`; Redis frees each value once. Runs still holding the script keep it alive.
     guard("AI_SCRIPT free", (), || {
+        // SAFETY: as above: the value Redis stored, given back once.
         let value = unsafe { ModuleType::<Script>::take_value(value) };
         // AI.INFO forgets the key now, even if a finishing run still holds the script for a moment.
         stats::unregister(&value.stats);

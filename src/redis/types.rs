@@ -120,6 +120,7 @@ extern "C" fn tensor_mem_usage(value: *const c_void) -> usize {
 extern "C" fn tensor_free(value: *mut c_void) {
     // SAFETY: see `tensor_ref`; Redis calls free exactly once per value, after which it is never used.
     guard("AI_TENSOR free", (), || {
+        // SAFETY: as above: the value Redis stored, given back once.
         let value = unsafe { ModuleType::<Tensor>::take_value(value) };
         if value.mem_usage() >= crate::exec::lazy_free::THRESHOLD {
             crate::exec::lazy_free::drop_later(value);
@@ -134,6 +135,7 @@ extern "C" fn tensor_copy(
 ) -> *mut c_void {
     // SAFETY: see `tensor_ref`. Tensors are immutable once stored, so the copy can share the data.
     guard("AI_TENSOR copy", std::ptr::null_mut(), || {
+        // SAFETY: as above: a live value of this type; the copy counts one more reference.
         ModuleType::into_value(unsafe { ModuleType::<Tensor>::clone_value(value) })
     })
 }

@@ -276,7 +276,7 @@ impl TfLiteModel {
             inst.shapes = vec![Vec::new(); n_in];
         }
         let mut ins = Buffers(a, vec![std::ptr::null_mut(); n_in]);
-        // SAFETY (this block): the compiled model and environment are live and used by this thread only;
+        // SAFETY: the compiled model and environment are live and used by this thread only;
         // every layout has rank <= MAX_RANK; a locked buffer holds at least the bytes it was created with,
         // which is what we copy in or out; buffers are destroyed by `Buffers`.
         unsafe {

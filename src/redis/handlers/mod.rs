@@ -111,20 +111,35 @@ pub fn run_command(
     raw::REDISMODULE_OK as c_int
 }
 
-/// Declares the `extern "C"` entry point Redis calls for a command.
-macro_rules! entry_points {
-    ($($name:ident => $handler:path $(, keys $keys:path)?;)*) => {$(
-        pub extern "C" fn $name(
-            ctx: *mut raw::RedisModuleCtx,
-            argv: *mut *mut raw::RedisModuleString,
-            argc: c_int,
-        ) -> c_int {
-            #[allow(unused_mut, unused_assignments)]
-            let mut keys: Option<KeyPositions> = None;
-            $(keys = Some($keys);)?
-            run_command(ctx, argv, argc, $handler, keys)
-        }
-    )*};
+/// One registered command: what `RedisModule_OnLoad` passes to `RedisModule_CreateCommand`.
+pub struct Command {
+    pub name: &'static str,
+    pub entry: extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
+    pub flags: &'static str,
+    /// First, last and step of the legacy key range (Redis also asks `getkeys-api` commands for their keys).
+    pub keys: (c_int, c_int, c_int),
+}
+
+/// The command table, the one place a command is declared: its name, handler, flags, legacy key range and the
+/// function giving its keys with their read/write flags. Every command with keys declares `getkeys-api`: its key
+/// function (not a legacy full-access key spec) is what ACL selectors (`%R~in:*`, `%W~out:*`) are checked
+/// against. AI.CONFIG is `admin` (see `module::admin_categories`): it loads shared libraries.
+macro_rules! commands {
+    ($($name:literal => $entry:ident, $handler:path, $flags:literal, $range:expr $(, keys $keys:path)?;)*) => {
+        $(
+            extern "C" fn $entry(
+                ctx: *mut raw::RedisModuleCtx,
+                argv: *mut *mut raw::RedisModuleString,
+                argc: c_int,
+            ) -> c_int {
+                #[allow(unused_mut, unused_assignments)]
+                let mut keys: Option<KeyPositions> = None;
+                $(keys = Some($keys);)?
+                run_command(ctx, argv, argc, $handler, keys)
+            }
+        )*
+        pub const COMMANDS: &[Command] = &[$(Command { name: $name, entry: $entry, flags: $flags, keys: $range }),*];
+    };
 }
 
 use crate::commands::dag::dag_key_positions;
@@ -132,27 +147,32 @@ use crate::commands::model::{modelexecute_key_positions, modelrun_key_positions}
 use crate::commands::script::{scriptexecute_key_positions, scriptrun_key_positions};
 use crate::commands::{first_key_delete, first_key_read, first_key_write};
 
-entry_points! {
-    ai_tensorset => tensor::tensorset, keys first_key_write;
-    ai_tensorget => tensor::tensorget, keys first_key_read;
-    ai_modelstore => model::modelstore, keys first_key_write;
-    ai_modelset => model::modelset, keys first_key_write;
-    ai_modelget => model::modelget, keys first_key_read;
-    ai_modeldel => model::modeldel, keys first_key_delete;
-    ai_modelexecute => model::modelexecute, keys modelexecute_key_positions;
-    ai_modelrun => model::modelrun, keys modelrun_key_positions;
-    ai_modelscan => admin::modelscan;
-    ai_info => admin::info, keys first_key_read;
-    ai_config => admin::config;
-    ai_scriptstore => script::scriptstore, keys first_key_write;
-    ai_scriptset => script::scriptset, keys first_key_write;
-    ai_scriptget => script::scriptget, keys first_key_read;
-    ai_scriptdel => script::scriptdel, keys first_key_delete;
-    ai_scriptexecute => script::scriptexecute, keys scriptexecute_key_positions;
-    ai_scriptrun => script::scriptrun, keys scriptrun_key_positions;
-    ai_scriptscan => admin::scriptscan;
-    ai_dagexecute => dag::dagexecute, keys dag_key_positions;
-    ai_dagexecute_ro => dag::dagexecute_ro, keys dag_key_positions;
-    ai_dagrun => dag::dagrun, keys dag_key_positions;
-    ai_dagrun_ro => dag::dagrun_ro, keys dag_key_positions;
+commands! {
+    "ai.tensorset" => ai_tensorset, tensor::tensorset, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
+    "ai.tensorget" => ai_tensorget, tensor::tensorget, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
+    "ai.modelstore" => ai_modelstore, model::modelstore, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
+    "ai.modelset" => ai_modelset, model::modelset, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
+    "ai.modelget" => ai_modelget, model::modelget, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
+    "ai.modeldel" => ai_modeldel, model::modeldel, "write getkeys-api", (1, 1, 1), keys first_key_delete;
+    "ai.modelexecute" => ai_modelexecute, model::modelexecute, "write deny-oom getkeys-api", (4, 4, 1),
+        keys modelexecute_key_positions;
+    "ai.modelrun" => ai_modelrun, model::modelrun, "write deny-oom getkeys-api", (3, 3, 1), keys modelrun_key_positions;
+    "ai._modelscan" => ai_modelscan, admin::modelscan, "readonly", (0, 0, 0);
+    "ai.scriptstore" => ai_scriptstore, script::scriptstore, "write deny-oom getkeys-api", (1, 1, 1),
+        keys first_key_write;
+    "ai.scriptset" => ai_scriptset, script::scriptset, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
+    "ai.scriptget" => ai_scriptget, script::scriptget, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
+    "ai.scriptdel" => ai_scriptdel, script::scriptdel, "write getkeys-api", (1, 1, 1), keys first_key_delete;
+    "ai.scriptexecute" => ai_scriptexecute, script::scriptexecute, "write deny-oom getkeys-api", (5, 5, 1),
+        keys scriptexecute_key_positions;
+    "ai.scriptrun" => ai_scriptrun, script::scriptrun, "write deny-oom getkeys-api", (4, 4, 1),
+        keys scriptrun_key_positions;
+    "ai._scriptscan" => ai_scriptscan, admin::scriptscan, "readonly", (0, 0, 0);
+    "ai.info" => ai_info, admin::info, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
+    "ai.config" => ai_config, admin::config, "admin", (0, 0, 0);
+    "ai.dagexecute" => ai_dagexecute, dag::dagexecute, "write deny-oom getkeys-api", (3, 3, 1), keys dag_key_positions;
+    "ai.dagexecute_ro" => ai_dagexecute_ro, dag::dagexecute_ro, "readonly getkeys-api", (3, 3, 1),
+        keys dag_key_positions;
+    "ai.dagrun" => ai_dagrun, dag::dagrun, "write deny-oom getkeys-api", (3, 3, 1), keys dag_key_positions;
+    "ai.dagrun_ro" => ai_dagrun_ro, dag::dagrun_ro, "readonly getkeys-api", (3, 3, 1), keys dag_key_positions;
 }
