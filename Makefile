@@ -92,8 +92,8 @@ bench-responsiveness: build venv ## PING latency while big models are stored/rea
 	$(PYTEST_ENV) $(PYTHON) bench/responsiveness.py
 
 FUZZ_CASES ?= 1000000
-fuzz: ## Property-test every parser and RDB decoder with FUZZ_CASES random inputs each (src/commands/fuzz.rs)
-	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release commands::fuzz
+fuzz: ## Property-test every parser, RDB decoder and model admission check with FUZZ_CASES random inputs each
+	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release -- commands::fuzz admission::
 
 # Reliability runs (tests/reliability). SEED=<n> repeats a run; each prints the seed it used.
 COMMANDS ?= 100000

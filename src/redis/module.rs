@@ -81,6 +81,10 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
             c.backends_path = c.module_dir.as_ref().map(|d| format!("{d}/backends"));
         }
     }
+    // TensorFlow reads its allocator settings from the environment: set them now, while Redis is loading and
+    // the module has started no threads (see `bound_memory`).
+    #[cfg(feature = "tensorflow")]
+    crate::backends::tensorflow::bound_memory();
 
     if TENSOR_TYPE.raw.create_data_type(ctx).is_err()
         || MODEL_TYPE.raw.create_data_type(ctx).is_err()
