@@ -1,4 +1,4 @@
-//! Module configuration: load-time arguments (`--loadmodule libredisai.so KEY VAL ...`, spec §3.3).
+//! Module configuration: load-time arguments (`--loadmodule libredisai.so KEY VAL ...`, docs/commands.md, Load-time arguments).
 
 use crate::error::{Error, Result};
 use crate::tensor::parse_i64;

@@ -1,4 +1,4 @@
-//! Per-key run statistics for AI.INFO (spec §3.4): a registry keyed by key name, entries shared with the
+//! Per-key run statistics for AI.INFO (docs/commands.md, AI.INFO): a registry keyed by key name, entries shared with the
 //! model or script they describe, counters updated by workers without locks.
 
 use std::collections::HashMap;

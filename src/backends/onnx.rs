@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 use crate::exec::watchdog;
 use crate::tensor::{DataType, Tensor};
 
-/// The library file the fetch script caches (`scripts/backends.manifest`).
-const LIB_NAME: &str = "libonnxruntime.so.1.31.1";
+/// The library link the fetch script makes in the cache (`scripts/backends.manifest`, which alone names the
+/// version).
+const LIB_NAME: &str = "libonnxruntime.so";
 
 struct Runtime {
     env: Environment,

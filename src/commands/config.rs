@@ -1,4 +1,4 @@
-//! AI.CONFIG (spec §1.16) and AI.INFO (§1.15) arguments and replies.
+//! AI.CONFIG and AI.INFO (docs/commands.md) arguments and replies.
 
 use super::is_keyword;
 use crate::error::{Error, Result};

@@ -1,4 +1,4 @@
-//! AI.DAGEXECUTE[_RO] / AI.DAGRUN[_RO] (spec §1.14, §2.1): parsing, then single-assignment renaming of the
+//! AI.DAGEXECUTE[_RO] / AI.DAGRUN[_RO] (docs/commands.md, AI.DAGEXECUTE): parsing, then single-assignment renaming of the
 //! DAG-local names into slots. Keys are resolved through a `Resolver`, so this stays free of Redis.
 
 use std::collections::HashMap;

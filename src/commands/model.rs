@@ -1,4 +1,4 @@
-//! AI.MODELSTORE / MODELSET / MODELGET / MODELEXECUTE / MODELRUN argument parsing (spec §1.5–1.8).
+//! AI.MODELSTORE / MODELSET / MODELGET / MODELEXECUTE / MODELRUN argument parsing (docs/commands.md, AI.MODELSTORE … AI.MODELRUN).
 
 use std::borrow::Cow;
 use std::sync::Arc;

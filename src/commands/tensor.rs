@@ -1,4 +1,4 @@
-//! AI.TENSORSET and AI.TENSORGET (spec §1.3–1.4).
+//! AI.TENSORSET and AI.TENSORGET (docs/commands.md, AI.TENSORSET, AI.TENSORGET).
 
 use super::is_keyword;
 use crate::error::{Error, Result};

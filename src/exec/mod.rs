@@ -1,5 +1,6 @@
 //! The execution engine: every execution is a DAG plan, run by per-device queues.
 
+pub mod batch;
 pub mod dag;
 pub mod inline;
 pub mod lazy_free;

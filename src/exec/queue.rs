@@ -9,15 +9,10 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::run::{step_batch, BatchKey, Entry};
-
-/// What a worker takes off its queue.
-enum Work {
-    One(Entry),
-    Batch(Vec<Entry>),
-}
+use super::batch::{take_work, Work};
+use super::run::{step_batch, Entry};
 
 pub struct Queue {
     pub name: String,
@@ -117,7 +112,7 @@ impl Queue {
 
     /// The next work, sleeping on the condition variable until there is some: woken by a push, or at
     /// the earliest MINBATCHTIMEOUT / TIMEOUT of a batch that is still waiting for requests.
-    fn next_work(&self) -> Work {
+    fn next_work(&self) -> Work<Entry> {
         let mut q = self.deque.lock();
         loop {
             let (work, wake_at) = take_work(&mut q, Instant::now());
@@ -164,59 +159,6 @@ impl Queue {
             }
         }
     }
-}
-
-fn earliest(a: Option<Instant>, b: Instant) -> Option<Instant> {
-    Some(a.map_or(b, |a| a.min(b)))
-}
-
-/// Picks the next work in queue order (RedisAI's `_BGThread_BatchOperations`): an entry that is not a
-/// batchable model run is taken alone; a batchable one is joined by the compatible entries behind it
-/// (same model object, same input types and trailing dimensions) until BATCHSIZE is reached. A batch
-/// short of MINBATCHSIZE waits, unless MINBATCHTIMEOUT has passed since its first request was queued;
-/// the returned instant says when to look again.
-fn take_work(q: &mut VecDeque<Entry>, now: Instant) -> (Option<Work>, Option<Instant>) {
-    let mut keys: Vec<Option<Option<BatchKey>>> = (0..q.len()).map(|_| None).collect();
-    let mut wake_at = None;
-    for i in 0..q.len() {
-        let key = keys[i].get_or_insert_with(|| q[i].batch_key()).take();
-        let Some(key) = key else { return (q.remove(i).map(Work::One), None) };
-        let b = key.model.spec.batch;
-        if key.rows == 0 || key.rows >= b.size {
-            return (q.remove(i).map(Work::One), None);
-        }
-        let mut members = vec![i];
-        let mut total = key.rows;
-        for j in i + 1..q.len() {
-            if total >= b.size {
-                break;
-            }
-            let other = keys[j].get_or_insert_with(|| q[j].batch_key());
-            if let Some(k) = other.as_ref().filter(|k| key.compatible(k)) {
-                members.push(j);
-                total += k.rows;
-            }
-        }
-        // A member whose own TIMEOUT passed leaves alone (its step replies TIMEDOUT).
-        if let Some(&late) = members.iter().find(|&&m| q[m].deadline().is_some_and(|d| now > d)) {
-            return (q.remove(late).map(Work::One), None);
-        }
-        let first_queued = q[i].queued_at();
-        let min_timeout = Duration::from_millis(b.min_timeout_ms);
-        if b.min_size == 0 || total >= b.min_size || (b.min_timeout_ms > 0 && now >= first_queued + min_timeout) {
-            let batch: Vec<Entry> = members.iter().rev().filter_map(|&m| q.remove(m)).collect();
-            return (Some(Work::Batch(batch.into_iter().rev().collect())), None);
-        }
-        if b.min_timeout_ms > 0 {
-            wake_at = earliest(wake_at, first_queued + min_timeout);
-        }
-        for &m in &members {
-            if let Some(d) = q[m].deadline() {
-                wake_at = earliest(wake_at, d + Duration::from_millis(1));
-            }
-        }
-    }
-    (None, wake_at)
 }
 
 /// Most distinct device queues (`CPU`, `CPU:1`, `GPU:0` … each is one).

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use super::batch::{BatchKey, Queued};
 use super::dag::{OpKind, Plan};
 use super::queue::{Queue, Queues};
 use crate::backends::LoadedModel;
@@ -192,16 +193,6 @@ impl Entry {
         self.run.device_ops[self.dev][self.pos]
     }
 
-    /// When the run waits for its current op (for MINBATCHTIMEOUT): since it was queued.
-    pub fn queued_at(&self) -> Instant {
-        self.queued_at
-    }
-
-    /// The run's own TIMEOUT deadline, if any.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.run.deadline
-    }
-
     /// Skips a failed or timed-out run, parks an entry whose inputs are missing, or returns the inputs.
     /// One lock decides all three: a producer that fails (or a run that times out) between "inputs
     /// missing" and "parked" would otherwise leave this entry parked with nobody left to wake it.
@@ -282,10 +273,20 @@ impl Entry {
             entry.complete(result);
         }
     }
+}
 
+impl Queued for Entry {
     /// What auto-batching needs to know about this entry's current op, if it is a batchable model run
     /// whose inputs are ready (`None` otherwise: the entry is then simply stepped).
-    pub fn batch_key(&self) -> Option<BatchKey> {
+    fn queued_at(&self) -> Instant {
+        self.queued_at
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.run.deadline
+    }
+
+    fn batch_key(&self) -> Option<BatchKey> {
         let op = &self.run.plan.ops[self.op_index()];
         let OpKind::Model { model, inputs, .. } = &op.kind else { return None };
         if model.spec.batch.size == 0 || inputs.is_empty() {
@@ -302,25 +303,11 @@ impl Entry {
             return None;
         }
         Some(BatchKey {
-            model: model.clone(),
+            model: Arc::as_ptr(model) as usize,
+            opts: model.spec.batch,
             layout: tensors.iter().map(|t| (t.dtype(), t.shape()[1..].to_vec())).collect(),
             rows: dim0.max(0) as u64,
         })
-    }
-}
-
-/// A batchable request: entries with equal `model` (same object) and `layout` can be run together.
-pub struct BatchKey {
-    pub model: Arc<Model>,
-    /// Per input: dtype and every dimension but the first.
-    pub layout: Vec<(crate::tensor::DataType, Vec<i64>)>,
-    /// Dimension 0 of the inputs.
-    pub rows: u64,
-}
-
-impl BatchKey {
-    pub fn compatible(&self, other: &BatchKey) -> bool {
-        Arc::ptr_eq(&self.model, &other.model) && self.layout == other.layout
     }
 }
 
