@@ -145,9 +145,13 @@ fn varint_fields(fields: &[(u8, u64)]) -> Vec<u8> {
     v
 }
 
-/// ConfigProto with intra_op_parallelism_threads (field 2) and inter_op_parallelism_threads (field 5).
+/// ConfigProto with intra_op_parallelism_threads (field 2) and inter_op_parallelism_threads (field 5). Without
+/// INTER_OP_PARALLELISM, ops run on the calling worker (`inter_op_parallelism_threads` -1, "all operations are
+/// performed in caller's thread"): TensorFlow's default inter-op pool hands every op of a small graph to
+/// another thread and back, which cost RedisAI's fraud-scoring graph half its throughput (docs/benchmarks.md).
 fn config_proto(intra: usize, inter: usize) -> Vec<u8> {
-    varint_fields(&[(0x10, intra as u64), (0x28, inter as u64)])
+    let inter = if inter == 0 { u64::MAX } else { inter as u64 }; // -1 as a protobuf int32 varint
+    varint_fields(&[(0x10, intra as u64), (0x28, inter)])
 }
 
 /// RunOptions with timeout_in_ms (field 2): TensorFlow's own kill switch for MODEL_EXECUTION_TIMEOUT.
@@ -360,7 +364,11 @@ mod tests {
 
     #[test]
     fn session_config_and_names() {
-        assert_eq!(config_proto(0, 0), Vec::<u8>::new());
+        // -1 (caller's thread) for inter-op when none was given: ten bytes of varint.
+        let mut caller = vec![0x28];
+        caller.extend([0xff; 9]);
+        caller.push(0x01);
+        assert_eq!(config_proto(0, 0), caller);
         assert_eq!(config_proto(2, 300), vec![0x10, 2, 0x28, 0xac, 0x02]);
         assert_eq!(run_options_proto(5000), vec![0x10, 0x88, 0x27]);
         assert_eq!(split_output_name("out:1"), ("out", 1));
