@@ -29,7 +29,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import DATA, MODULE, Server  # noqa: E402
+from bench import DATA, MODULE, ROOT, Server  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "flow"))
+from onnx_models import loop_model  # noqa: E402
 
 TARGET_P99_MS = 5.0
 
@@ -159,28 +162,6 @@ def growing_loop(port, i, switch_at, stop, ready, results):
         assert r.execute_command("AI.MODELEXECUTE", "loop", "INPUTS", 2, n, "x", "OUTPUTS", 1, f"y:{i}") == b"OK"
         times.append((t0, time.perf_counter() - t0))
     results.put(("execute", times))
-
-
-def loop_model():
-    """y = x + n, one addition per iteration of a Loop whose trip count is the input n (INT64 scalar)."""
-    from onnx import TensorProto, helper
-
-    f = TensorProto.FLOAT
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", f, [1])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", f, [1])],
-        [helper.make_tensor("one", f, [1], [1.0])])
-    graph = helper.make_graph(
-        [helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)], "loop_n",
-        [helper.make_tensor_value_info("n", TensorProto.INT64, []), helper.make_tensor_value_info("x", f, [1])],
-        [helper.make_tensor_value_info("y", f, [1])], [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
 
 
 def main_thread_stalls(port):

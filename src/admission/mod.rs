@@ -14,6 +14,16 @@ pub mod tflite;
 use crate::error::{Error, Result};
 use crate::model::BackendKind;
 
+/// A name from a model, printable and short enough for an error reply (no CR/LF can reach RESP).
+pub(crate) fn show(name: &[u8]) -> String {
+    const MAX: usize = 64;
+    let mut s = name[..name.len().min(MAX)].escape_ascii().to_string();
+    if name.len() > MAX {
+        s.push_str("...");
+    }
+    s
+}
+
 /// Refuses a model whose bytes ask for something a client that may store models must not get.
 pub fn check(backend: BackendKind, blob: &[u8]) -> Result<()> {
     let refused = match backend {

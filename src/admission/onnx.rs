@@ -26,6 +26,7 @@
 use std::collections::HashSet;
 
 use super::protobuf::{fields, Value};
+use super::show;
 
 /// RedisAI's text (ONNX Runtime's, from a build with DISABLE_EXTERNAL_INITIALIZERS).
 pub const EXTERNAL_DATA: &str = "Initializer tensors with external data is not allowed.";
@@ -250,16 +251,6 @@ fn ort_config(buf: &[u8]) -> Walk {
         return refused("ONNX model refused: metadata 'ort_config' would set ONNX Runtime's session options");
     }
     Ok(())
-}
-
-/// A name from the model, printable and short enough for an error reply (no CR/LF can reach RESP).
-fn show(name: &[u8]) -> String {
-    const MAX: usize = 64;
-    let mut s = name[..name.len().min(MAX)].escape_ascii().to_string();
-    if name.len() > MAX {
-        s.push_str("...");
-    }
-    s
 }
 
 #[cfg(test)]
@@ -535,7 +526,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+        #![proptest_config(crate::commands::fuzz::config())]
 
         /// Any bytes: an answer, never a panic.
         #[test]

@@ -13,6 +13,8 @@
 //! ("Failed to verify flatbuffer"), which is stricter than this reader, and refuses such a blob itself with
 //! the error clients already get. Blobs too big for the verifier (2 GiB and more) are refused instead.
 
+use super::show;
+
 /// Field ids (the n-th field of a table in schema.fbs; its vtable slot is 4 + 2n).
 mod field {
     pub const MODEL_OPERATOR_CODES: usize = 1;
@@ -117,16 +119,6 @@ fn operator_code(i: usize, code: &Table) -> Result<(), Stop> {
         )));
     }
     Ok(())
-}
-
-/// A name from the model, printable and short enough for an error reply.
-fn show(name: &[u8]) -> String {
-    const MAX: usize = 64;
-    let mut s = name[..name.len().min(MAX)].escape_ascii().to_string();
-    if name.len() > MAX {
-        s.push_str("...");
-    }
-    s
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -397,7 +389,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+        #![proptest_config(crate::commands::fuzz::config())]
 
         /// Any bytes: an answer, never a panic.
         #[test]

@@ -101,8 +101,9 @@ impl dag::Resolver for Fake {
 }
 
 /// 3,000 cases in `make test`; PROPTEST_CASES (set by `make fuzz`) wins when given. A literal `cases` alone would
-/// override the variable, so `make fuzz` would silently run 3,000 too; read it here.
-fn config() -> ProptestConfig {
+/// override the variable, so `make fuzz` would silently run 3,000 too; read it here. Every property test of the
+/// crate uses this.
+pub(crate) fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
     ProptestConfig { cases, ..ProptestConfig::default() }
 }

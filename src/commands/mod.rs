@@ -7,7 +7,7 @@ pub mod script;
 pub mod tensor;
 
 #[cfg(test)]
-mod fuzz;
+pub(crate) mod fuzz;
 
 /// How a command uses one of its keys: the key-spec flags Redis checks ACL selectors against (`%R~in:*`
 /// allows reading `in:*` keys only, `%W~out:*` writing `out:*` keys only).

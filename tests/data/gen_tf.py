@@ -2,78 +2,33 @@
 
     python3 tests/data/gen_tf.py
 
-TensorFlow itself is not needed: the few GraphDef messages are encoded by hand below (tensorflow/core/
-framework/{graph,node_def,attr_value,tensor,tensor_shape}.proto). Weights come from `weights.py`.
+TensorFlow itself is not needed: the few GraphDef messages are encoded by hand with the encoders the flow tests
+use (tests/flow/tf_graphs.py). Weights come from `weights.py`.
 """
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flow"))
 import weights  # noqa: E402
+# The GraphDef encoders are shared with the flow tests.
+from tf_graphs import DT_FLOAT, DT_INT32, DT_STRING, a_bool, a_tensor, a_type, graph_def, node_def, placeholder  # noqa: E402,E501
+
+attr_type, attr_bool = a_type, a_bool
 
 OUT = os.path.dirname(os.path.abspath(__file__))
-DT_FLOAT, DT_INT32, DT_STRING = 1, 3, 7
-
-
-def varint(n):
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def field(num, wire, payload):
-    if wire == 0:
-        return varint(num << 3) + varint(payload)
-    return varint((num << 3) | 2) + varint(len(payload)) + payload
-
-
-def shape(dims):
-    if dims is None:
-        return field(3, 0, 1)  # unknown_rank
-    return b"".join(field(2, 2, field(1, 0, d)) for d in dims)
-
-
-def attr(key, value):
-    return field(5, 2, field(1, 2, key.encode()) + field(2, 2, value))
-
-
-def attr_type(t):
-    return field(6, 0, t)
-
-
-def attr_bool(b):
-    return field(5, 0, int(b))
-
-
-def attr_shape(dims):
-    return field(7, 2, shape(dims))
-
-
-def attr_tensor(array, dtype):
-    t = field(1, 0, dtype) + field(2, 2, shape(list(array.shape))) + field(4, 2, array.astype("<f4").tobytes())
-    return field(8, 2, t)
 
 
 def node(name, op, inputs=(), attrs=()):
-    body = field(1, 2, name.encode()) + field(2, 2, op.encode())
-    for i in inputs:
-        body += field(3, 2, i.encode())
-    for k, v in attrs:
-        body += attr(k, v)
-    return field(1, 2, body)
+    return node_def(name, op, inputs, attrs)
 
 
 def graph(*nodes):
-    return b"".join(nodes) + field(4, 2, field(1, 0, 1205))
+    return graph_def(nodes)
 
 
-def placeholder(name, dtype, dims=None):
-    return node(name, "Placeholder", attrs=[("dtype", attr_type(dtype)), ("shape", attr_shape(dims))])
+def attr_tensor(array, dtype):
+    return a_tensor(dtype, list(array.shape), content=array.astype("<f4").tobytes())
 
 
 def save(name, data):

@@ -278,3 +278,22 @@ def concurrent_executes(server, model, n_threads, n_runs):
     assert errors == [], errors
     assert len(results) == n_threads * n_runs
     return inputs, results
+
+
+def loop_model():
+    """y = x + n (a Loop of n iterations, n an INT64 scalar input): its run time grows with the value of n."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), helper.make_tensor_value_info("v_in", f, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", f, [1])],
+        [helper.make_tensor("one", f, [1], [1.0])])
+    return make_model([helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)],
+                      [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                       helper.make_tensor_value_info("x", f, [1])],
+                      [helper.make_tensor_value_info("y", f, [1])],
+                      [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])

@@ -4,10 +4,8 @@ stopped at the inline limit and finished on a worker, with the right result."""
 import numpy as np
 import pytest
 import redis
-from onnx import TensorProto, helper
 
-from conftest import wait_for
-from onnx_models import blob, get_tensor, make_model, modules_info, set_tensor
+from onnx_models import blob, get_tensor, loop_model, modules_info, set_tensor
 
 
 def runs(server):
@@ -63,23 +61,6 @@ def test_batching_models_never_run_inline(server):
     for _ in range(10):
         execute(c)
     assert runs(server)[0] == 0
-
-
-def loop_model():
-    """y = x + n (a Loop of n iterations, n an INT64 scalar input): its run time grows with the value of n."""
-    f = TensorProto.FLOAT
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), helper.make_tensor_value_info("v_in", f, [1])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", f, [1])],
-        [helper.make_tensor("one", f, [1], [1.0])])
-    return make_model([helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body)],
-                      [helper.make_tensor_value_info("n", TensorProto.INT64, []),
-                       helper.make_tensor_value_info("x", f, [1])],
-                      [helper.make_tensor_value_info("y", f, [1])],
-                      [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
 
 
 def test_a_run_that_suddenly_grows_finishes_on_a_worker(make_server, make_replica):
