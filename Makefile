@@ -39,19 +39,25 @@ export REDISAI_TFLITE_LIB_DIR := $(TFLITE_DIR)/lib
 TORCH_DIR := $(shell scripts/fetch-backend.sh --dir torch)
 export LIBTORCH := $(TORCH_DIR)
 
+# GPU flavour (docs/commands.md, section GPU): `make build GPU=1` also fetches scripts/backends-gpu.manifest
+# (onnxruntime-gpu, libtorch's CUDA libraries) and links target/gpu/libredisai_torch_cuda.so; `make run GPU=1`
+# loads them. The module is the same; without GPU nothing of this is fetched or built.
+GPU ?=
+GPU_ON = $(filter-out 0 no,$(GPU))
+
 PYTEST_ARGS ?= -q
 DIST_DIR := $(CURDIR)/target/dist
 DIST_TARBALL = $(DIST_DIR)/redisai-rs-$(shell awk -F'"' '/^version = / { print $$2; exit }' Cargo.toml)-linux-x86_64.tar.gz
 PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB) \
   REDISAI_DIST=$(DIST_TARBALL)
 
-.PHONY: help build dist run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
+.PHONY: help build dist gpu-bundle run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
 	@grep -E '^[a-z][a-z-]*:.*## ' $(firstword $(MAKEFILE_LIST)) | \
 	  awk -F':.*## ' '{ printf "  %-21s %s\n", $$1, $$2 }'
-	@echo "Variables: PORT=$(PORT) REDIS_SERVER_BIN=$(REDIS_SERVER_BIN) PYTEST_ARGS='$(PYTEST_ARGS)'"
+	@echo "Variables: PORT=$(PORT) REDIS_SERVER_BIN=$(REDIS_SERVER_BIN) PYTEST_ARGS='$(PYTEST_ARGS)' GPU=$(GPU)"
 
 fetch-backends: ## Fetch backend libraries (ONNX Runtime, ...) into the cache
 	scripts/fetch-backend.sh all
@@ -67,13 +73,19 @@ $(VENV_STAMP): tests/requirements.txt
 build: fetch-backends ## Build target/release/libredisai.so and its TORCH backend libredisai_torch.so
 	cargo build --release --workspace
 	test -f $(MODULE) && test -f $(dir $(MODULE))libredisai_torch.so
+	$(if $(GPU_ON),scripts/gpu-build.sh build)
 
 dist: build ## Tarball in RedisAI's layout (redisai.so + backends/redisai_<backend>/) in target/dist
 	scripts/dist.sh $(DIST_DIR)
 
+gpu-bundle: GPU := 1
+gpu-bundle: build venv ## Small tarball (~3 MB) in target/dist to run scripts/gpu-check.sh on a GPU machine
+	scripts/gpu-build.sh bundle $(DIST_DIR)
+
 run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
-	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 \
-	  --loadmodule $(MODULE) ONNX $(ORT_LIB) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
+	$(if $(GPU_ON),export LD_LIBRARY_PATH=$$(scripts/gpu-build.sh ld-path)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH};) \
+	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 --loadmodule $(MODULE) \
+	  $(if $(GPU_ON),$$(scripts/gpu-build.sh load-args),ONNX $(ORT_LIB)) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
 test: build venv dist ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
