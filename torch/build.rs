@@ -1,5 +1,6 @@
 //! Builds the small C++ shim around `torch::jit` (loading modules with their argument names, compiling
-//! TorchScript source) against the libtorch in $LIBTORCH, and records an rpath to it so that redis-server
+//! TorchScript source) and its sandbox (what models and scripts may reach, memory and time bounds) against the
+//! libtorch in $LIBTORCH, and records an rpath to it so that redis-server
 //! needs no LD_LIBRARY_PATH.
 use std::path::PathBuf;
 
@@ -9,6 +10,8 @@ fn main() {
     );
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     println!("cargo:rerun-if-changed=src/shim.cpp");
+    println!("cargo:rerun-if-changed=src/sandbox.cpp");
+    println!("cargo:rerun-if-changed=src/sandbox.h");
     let include = libtorch.join("include");
     cc::Build::new()
         .cpp(true)
@@ -19,6 +22,7 @@ fn main() {
         .flag("-std=c++17")
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
         .file("src/shim.cpp")
+        .file("src/sandbox.cpp")
         .compile("redisai_torch_shim");
     let lib = libtorch.join("lib");
     println!("cargo:rustc-link-search=native={}", lib.display());

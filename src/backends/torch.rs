@@ -29,6 +29,7 @@ pub struct Backend {
     pub script_free: abi::FreeFn,
     free_tensors: abi::FreeTensorsFn,
     free_string: abi::FreeStringFn,
+    memory: abi::MemoryFn,
 }
 
 static BACKEND: LibrarySlot<Backend> = LibrarySlot::new("TORCH");
@@ -58,9 +59,25 @@ fn open(path: &str) -> Result<Backend> {
         if let Some(host) = HOST.get() {
             sym!("rai_torch_set_host", abi::SetHostFn)(host);
         }
-        sym!("rai_torch_configure", abi::ConfigureFn)(CONFIG.read().inter_op_parallelism as i32);
-        let version_fn = sym!("rai_torch_version", abi::VersionFn);
         let free_string = sym!("rai_torch_free_string", abi::FreeStringFn);
+        // The sandbox (torch/src/sandbox.cpp) goes in before any model or script: without it the backend is
+        // not used at all.
+        let (inter_op, bound) = {
+            let c = CONFIG.read();
+            (c.inter_op_parallelism as i32, c.backend_memory_bound())
+        };
+        let mut err = std::ptr::null_mut();
+        if sym!("rai_torch_configure", abi::ConfigureFn)(inter_op, bound, &mut err) != 0 {
+            let why = if err.is_null() {
+                "the sandbox could not be installed".to_string()
+            } else {
+                let s = CStr::from_ptr(err).to_string_lossy().into_owned();
+                free_string(err);
+                s
+            };
+            return Err(fail(why));
+        }
+        let version_fn = sym!("rai_torch_version", abi::VersionFn);
         let v = version_fn();
         let version = CStr::from_ptr(v).to_string_lossy().into_owned();
         free_string(v);
@@ -74,6 +91,7 @@ fn open(path: &str) -> Result<Backend> {
             script_run: sym!("rai_torch_script_run", abi::ScriptRunFn),
             script_free: sym!("rai_torch_script_free", abi::FreeFn),
             free_tensors: sym!("rai_torch_free_tensors", abi::FreeTensorsFn),
+            memory: sym!("rai_torch_memory", abi::MemoryFn),
             free_string,
             _lib: lib,
         })
@@ -95,16 +113,34 @@ pub fn version() -> Option<String> {
     BACKEND.loaded().map(|b| b.version.clone())
 }
 
+/// Bytes of CPU tensors the backend holds (its counting allocator), once it is loaded.
+pub fn memory() -> Option<u64> {
+    // SAFETY: reads a counter of the loaded backend.
+    BACKEND.loaded().map(|b| unsafe { (b.memory)() })
+}
+
+/// MODEL_EXECUTION_TIMEOUT, which the backend enforces inside runs (a deadline checked in every loop iteration
+/// and allocation of TorchScript code).
+fn timeout_ms() -> u64 {
+    CONFIG.read().model_execution_timeout_ms
+}
+
 impl Backend {
-    /// Takes a message the backend allocated.
+    /// Takes a message the backend allocated. Refusals of the sandbox carry `ERR ` as every model admission
+    /// refusal does (crate::admission); other backend messages go out as libtorch wrote them.
     fn message(&self, p: *mut c_char) -> Error {
         if p.is_null() {
             return Error::Plain("unknown TORCH backend error".into());
         }
-        // SAFETY: p is a NUL-terminated string from the backend, handed back to it once.
+        // SAFETY: p is a NUL-terminated string from the backend, read before it is handed back.
         let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        // SAFETY: p came from this backend and is freed once, here.
         unsafe { (self.free_string)(p) };
-        Error::Plain(s)
+        if s.starts_with("TORCH model refused:") || s.starts_with("TORCH script refused:") {
+            Error::Generic(s)
+        } else {
+            Error::Plain(s)
+        }
     }
 
     /// Runs `call` (which fills outputs or an error) and copies the outputs into module tensors.
@@ -185,6 +221,7 @@ pub struct TorchModel {
 // SAFETY: a TorchScript module's forward may run from several threads at once (inference only, no
 // state is mutated); the handle is freed only in Drop.
 unsafe impl Send for TorchModel {}
+// SAFETY: as for Send: concurrent forward() calls share the module read-only.
 unsafe impl Sync for TorchModel {}
 
 impl Drop for TorchModel {
@@ -220,7 +257,7 @@ impl LoadedModel for TorchModel {
         let v = views(inputs);
         // SAFETY: the views borrow `inputs` for the call; the handle is live.
         self.backend.collect(|outs, n, err| unsafe {
-            (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, outs, n, err)
+            (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, timeout_ms(), outs, n, err)
         })
     }
 }
@@ -234,6 +271,7 @@ pub struct TorchScript {
 // SAFETY: a compiled TorchScript CompilationUnit's functions may be called from several threads; the
 // handle is freed only in Drop.
 unsafe impl Send for TorchScript {}
+// SAFETY: as for Send: concurrent calls share the compiled functions read-only.
 unsafe impl Sync for TorchScript {}
 
 impl Drop for TorchScript {
@@ -293,6 +331,7 @@ impl LoadedScript for TorchScript {
                 a.as_ptr(),
                 a.len(),
                 self.intra,
+                timeout_ms(),
                 outs,
                 n,
                 err,

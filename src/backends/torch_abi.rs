@@ -8,7 +8,8 @@
 use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
-pub const ABI_VERSION: u32 = 3;
+/// 4: runs take MODEL_EXECUTION_TIMEOUT; configure takes the memory bound and can fail; `rai_torch_memory`.
+pub const ABI_VERSION: u32 = 4;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
 #[repr(C)]
@@ -98,11 +99,14 @@ pub type ModelLoadFn = unsafe extern "C" fn(
     input_names: *mut *mut c_char,
     err: *mut *mut c_char,
 ) -> i32;
+/// `timeout_ms` (MODEL_EXECUTION_TIMEOUT, 0: none) bounds the run: a loop or an allocation past it fails the run
+/// with "TORCH: the run was cancelled after MODEL_EXECUTION_TIMEOUT (<ms> ms)".
 pub type ModelRunFn = unsafe extern "C" fn(
     model: *mut c_void,
     inputs: *const TensorView,
     ninputs: usize,
     intra_threads: i32,
+    timeout_ms: u64,
     outputs: *mut *mut TensorOut,
     noutputs: *mut usize,
     err: *mut *mut c_char,
@@ -123,6 +127,7 @@ pub type ScriptRunFn = unsafe extern "C" fn(
     args: *const StrView,
     nargs: usize,
     intra_threads: i32,
+    timeout_ms: u64,
     outputs: *mut *mut TensorOut,
     noutputs: *mut usize,
     err: *mut *mut c_char,
@@ -157,6 +162,11 @@ pub struct HostApi {
     pub free_string: unsafe extern "C" fn(p: *mut c_char),
 }
 pub type SetHostFn = unsafe extern "C" fn(host: *const HostApi);
-/// Process-wide libtorch settings, called once right after the library is opened: INTER_OP_PARALLELISM
-/// (`set_num_interop_threads`, which libtorch accepts only once per process); 0 leaves the default.
-pub type ConfigureFn = unsafe extern "C" fn(inter_op_threads: i32);
+/// Process-wide libtorch settings, called once right after the library is opened, before any model or script:
+/// INTER_OP_PARALLELISM (`set_num_interop_threads`, which libtorch accepts only once per process; 0 leaves the
+/// default) and the backend memory bound in bytes (0: unbounded), which installs the backend's sandbox (its
+/// counting CPU allocator, the bounded string/list ops). On failure (the sandbox could not be installed) the
+/// backend must not be used.
+pub type ConfigureFn = unsafe extern "C" fn(inter_op_threads: i32, memory_bound: u64, err: *mut *mut c_char) -> i32;
+/// Bytes of CPU tensors the backend holds now (models' weights and runs' tensors), as its allocator counts them.
+pub type MemoryFn = unsafe extern "C" fn() -> u64;

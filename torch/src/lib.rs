@@ -1,5 +1,6 @@
 //! `libredisai_torch.so`: the module's libtorch backend behind the C ABI of `src/backends/torch_abi.rs`.
-//! Tensors go through `tch`; the TorchScript parts tch lacks go through `shim.cpp`.
+//! Tensors go through `tch`; the TorchScript parts tch lacks go through `shim.cpp`; what models and scripts may
+//! reach, and the memory and time they may take, is `sandbox.cpp`'s (installed by `rai_torch_configure`).
 
 #[path = "../../src/backends/torch_abi.rs"]
 mod abi;
@@ -12,6 +13,8 @@ use tch::{Kind, Tensor};
 
 extern "C" {
     fn rai_shim_set_host(host: *const abi::HostApi);
+    fn rai_shim_configure(memory_bound: u64, err: *mut *mut c_char) -> i32;
+    fn rai_shim_live_bytes() -> u64;
     fn rai_shim_free_string(s: *mut c_char);
     fn rai_shim_free_array(a: *mut *mut c_void);
     fn rai_shim_module_load(
@@ -26,6 +29,7 @@ extern "C" {
         module: *mut c_void,
         inputs: *const *const c_void,
         n: usize,
+        timeout_ms: u64,
         outs: *mut *mut *mut c_void,
         nout: *mut usize,
         err: *mut *mut c_char,
@@ -47,6 +51,7 @@ extern "C" {
         args: *const *const c_char,
         arg_lens: *const usize,
         nargs: usize,
+        timeout_ms: u64,
         outs: *mut *mut *mut c_void,
         nout: *mut usize,
         err: *mut *mut c_char,
@@ -89,20 +94,33 @@ fn dtype_of(kind: Kind) -> Result<u32, String> {
     })
 }
 
+/// The sandbox's memory-bound text (torch/src/sandbox.cpp), which libtorch errors raised through tch carry.
+const MEMORY_ERROR: &str = "TORCH memory limit exceeded, memory allocation failed.";
+
+/// A tch error as the client gets it: the plain memory-bound text when the allocator refused.
+fn tch_error(e: tch::TchError) -> String {
+    let s = e.to_string();
+    if s.contains(MEMORY_ERROR) {
+        MEMORY_ERROR.to_string()
+    } else {
+        s
+    }
+}
+
 /// SAFETY (callers): `v` describes `ndim` dims and `len` readable bytes, valid for the call.
 unsafe fn to_tensor(v: &TensorView) -> Result<Tensor, String> {
     let shape = if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) };
     let data = if v.len == 0 { &[][..] } else { std::slice::from_raw_parts(v.data, v.len) };
-    Tensor::f_from_data_size(data, shape, kind_of(v.dtype)?).map_err(|e| e.to_string())
+    Tensor::f_from_data_size(data, shape, kind_of(v.dtype)?).map_err(tch_error)
 }
 
 fn to_out(t: &Tensor) -> Result<TensorOut, String> {
-    let t = t.f_to_device(tch::Device::Cpu).and_then(|t| t.f_contiguous()).map_err(|e| e.to_string())?;
+    let t = t.f_to_device(tch::Device::Cpu).and_then(|t| t.f_contiguous()).map_err(tch_error)?;
     let dtype = dtype_of(t.kind())?;
     let numel = t.numel();
     let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
     if numel > 0 {
-        t.f_copy_data_u8(&mut data, numel).map_err(|e| e.to_string())?;
+        t.f_copy_data_u8(&mut data, numel).map_err(tch_error)?;
     }
     Ok(TensorOut::new(dtype, t.size(), data))
 }
@@ -165,11 +183,28 @@ pub unsafe extern "C" fn rai_torch_set_host(host: *const abi::HostApi) {
     rai_shim_set_host(host);
 }
 
+/// # Safety
+/// See `abi::ConfigureFn`; `err` is writable.
 #[no_mangle]
-pub extern "C" fn rai_torch_configure(inter_op_threads: i32) {
+pub unsafe extern "C" fn rai_torch_configure(inter_op_threads: i32, memory_bound: u64, err: *mut *mut c_char) -> i32 {
     if inter_op_threads > 0 {
         let _ = catch_unwind(|| tch::set_num_interop_threads(inter_op_threads));
     }
+    guarded(err, || {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: `e` is writable; the shim catches every C++ exception.
+        if unsafe { rai_shim_configure(memory_bound, &mut e) } != 0 {
+            // SAFETY: the shim malloc'd the message.
+            return Err(unsafe { shim_message(e) });
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rai_torch_memory() -> u64 {
+    // SAFETY: reads an atomic counter.
+    unsafe { rai_shim_live_bytes() }
 }
 
 #[no_mangle]
@@ -213,6 +248,7 @@ pub unsafe extern "C" fn rai_torch_model_run(
     inputs: *const TensorView,
     ninputs: usize,
     intra_threads: i32,
+    timeout_ms: u64,
     outputs: *mut *mut TensorOut,
     noutputs: *mut usize,
     err: *mut *mut c_char,
@@ -223,7 +259,7 @@ pub unsafe extern "C" fn rai_torch_model_run(
         let tensors = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
         let ptrs: Vec<*const c_void> = tensors.iter().map(|t| t.as_ptr() as *const c_void).collect();
         let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-        if rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), &mut arr, &mut n, &mut e) != 0 {
+        if rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), timeout_ms, &mut arr, &mut n, &mut e) != 0 {
             return Err(shim_message(e));
         }
         adopt(arr, n, outputs, noutputs)
@@ -300,6 +336,7 @@ pub unsafe extern "C" fn rai_torch_script_run(
     args: *const StrView,
     nargs: usize,
     intra_threads: i32,
+    timeout_ms: u64,
     outputs: *mut *mut TensorOut,
     noutputs: *mut usize,
     err: *mut *mut c_char,
@@ -327,6 +364,7 @@ pub unsafe extern "C" fn rai_torch_script_run(
             ap.as_ptr(),
             al.as_ptr(),
             nargs,
+            timeout_ms,
             &mut arr,
             &mut n,
             &mut e,

@@ -1,6 +1,9 @@
 // A thin C layer over torch::jit for what tch does not expose: a module's forward() argument names and
 // return arity, TorchScript compilation (torch::jit::compile) and calling a compiled function.
 // Every function catches C++ exceptions and returns their message through `err` (malloc'd).
+// Every model and script goes through the sandbox (sandbox.cpp) before it runs, and every run has a deadline.
+
+#include "sandbox.h"
 
 #include <torch/csrc/jit/frontend/resolver.h>
 #include <torch/csrc/jit/frontend/sugared_value.h>
@@ -23,6 +26,10 @@ char* dup(const std::string& s) {
   }
   return p;
 }
+
+// The message of a caught exception as the client gets it (see rai::reply_text).
+char* message(const c10::Error& e) { return dup(rai::reply_text(e.what_without_backtrace())); }
+char* message(const std::exception& e) { return dup(rai::reply_text(e.what())); }
 
 c10::Device device(int gpu) { return gpu < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, gpu); }
 
@@ -101,7 +108,11 @@ int dtype_index(c10::ScalarType t) {
 }
 
 // A RESP reply (as the module encodes Redis's reply) to an IValue: strings, integers, nested lists, None.
-c10::IValue parse_resp(const char*& p, const char* end) {
+// Nesting is capped: libtorch destroys and prints values recursively (and so does this parser).
+constexpr int kMaxReplyDepth = 128;
+
+c10::IValue parse_resp(const char*& p, const char* end, int depth = 0) {
+  if (depth > kMaxReplyDepth) throw std::runtime_error("Redis command returned a reply nested too deeply");
   const char* eol = static_cast<const char*>(memchr(p, '\r', end - p));
   if (!eol) throw std::runtime_error("Redis command returned an unreadable reply");
   char kind = *p;
@@ -125,7 +136,7 @@ c10::IValue parse_resp(const char*& p, const char* end) {
       long n = std::stol(head);
       if (n < 0) return c10::IValue();
       c10::impl::GenericList list(c10::AnyType::get());
-      for (long i = 0; i < n; ++i) list.push_back(parse_resp(p, end));
+      for (long i = 0; i < n; ++i) list.push_back(parse_resp(p, end, depth + 1));
       return c10::IValue(list);
     }
     default:
@@ -200,6 +211,22 @@ extern "C" {
 
 void rai_shim_set_host(const HostApi* host) { g_host = *host; }
 
+// Installs the sandbox (allocator bound in bytes, 0: none); 0 on success.
+int rai_shim_configure(uint64_t memory_bound, char** err) {
+  try {
+    rai::init(memory_bound);
+    return 0;
+  } catch (const c10::Error& e) {
+    *err = message(e);
+    return 1;
+  } catch (const std::exception& e) {
+    *err = message(e);
+    return 1;
+  }
+}
+
+uint64_t rai_shim_live_bytes() { return rai::live_bytes(); }
+
 void rai_shim_free_string(char* s) { std::free(s); }
 void rai_shim_free_array(at::Tensor** a) { delete[] a; }
 
@@ -207,8 +234,12 @@ void rai_shim_free_array(at::Tensor** a) { delete[] a; }
 // number of values it returns (a returned tuple counts its elements).
 void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, size_t* noutputs, char** err) {
   try {
+    rai::QuietScope quiet;
+    rai::precheck_archive(data, len);
     std::istringstream in(std::string(data, len));
-    auto* m = new torch::jit::Module(torch::jit::load(in, device(gpu)));
+    auto module = std::make_unique<torch::jit::Module>(torch::jit::load(in, device(gpu), /*load_debug_files=*/false));
+    rai::admit_model(*module);
+    auto* m = module.get();
     m->eval();
     const auto& schema = m->get_method("forward").function().getSchema();
     std::string joined;
@@ -223,19 +254,20 @@ void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, 
     }
     *names = dup(joined);
     *noutputs = n;
-    return m;
+    return module.release();
   } catch (const c10::Error& e) {
-    *err = dup(e.what_without_backtrace());
+    *err = message(e);
     return nullptr;
   } catch (const std::exception& e) {
-    *err = dup(e.what());
+    *err = message(e);
     return nullptr;
   }
 }
 
-int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, at::Tensor*** outs, size_t* nout,
-                            char** err) {
+int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, uint64_t timeout_ms, at::Tensor*** outs,
+                            size_t* nout, char** err) {
   try {
+    rai::RunScope scope(timeout_ms);
     c10::InferenceMode guard;
     std::vector<c10::IValue> args;
     for (size_t i = 0; i < n; ++i) args.emplace_back(*inputs[i]);
@@ -249,10 +281,10 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, a
     *nout = v.size();
     return 0;
   } catch (const c10::Error& e) {
-    *err = dup(e.what_without_backtrace());
+    *err = message(e);
     return 1;
   } catch (const std::exception& e) {
-    *err = dup(e.what());
+    *err = message(e);
     return 1;
   }
 }
@@ -265,13 +297,16 @@ void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) 
     // TorchScript's parser wants a final newline, which clients (and `$(...)` in shells) often drop.
     std::string code(src, len);
     if (code.empty() || code.back() != '\n') code += '\n';
+    rai::QuietScope quiet;
+    rai::check_script_source(code);
     cu->define(std::nullopt, code, std::make_shared<Resolver>(), nullptr);
+    rai::admit_script(*cu);
     return new Script{cu, device(gpu)};
   } catch (const c10::Error& e) {
-    *err = dup(e.what_without_backtrace());
+    *err = message(e);
     return nullptr;
   } catch (const std::exception& e) {
-    *err = dup(e.what());
+    *err = message(e);
     return nullptr;
   }
 }
@@ -301,10 +336,10 @@ int rai_shim_script_check_entry(void* script, const char* name, char** err) {
     }
     return 0;
   } catch (const c10::Error& e) {
-    *err = dup(e.what_without_backtrace());
+    *err = message(e);
     return 1;
   } catch (const std::exception& e) {
-    *err = dup(e.what());
+    *err = message(e);
     return 1;
   }
 }
@@ -313,8 +348,8 @@ int rai_shim_script_check_entry(void* script, const char* name, char** err) {
 // parameter takes the tensors from `list_from` on (or every remaining tensor when list_from < 0).
 int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* const* tensors, size_t n,
                         long list_from, const char* const* keys, const size_t* key_lens, size_t nkeys,
-                        const char* const* args, const size_t* arg_lens, size_t nargs, at::Tensor*** outs,
-                        size_t* nout, char** err) {
+                        const char* const* args, const size_t* arg_lens, size_t nargs, uint64_t timeout_ms,
+                        at::Tensor*** outs, size_t* nout, char** err) {
   std::string fn(name);
   try {
     auto* s = static_cast<Script*>(script);
@@ -323,6 +358,7 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
       *err = dup("Function does not exist: " + fn);
       return 1;
     }
+    rai::RunScope scope(timeout_ms);
     c10::InferenceMode guard;
     std::vector<c10::IValue> stack;
     if (call == 0) {
@@ -369,10 +405,10 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     *nout = v.size();
     return 0;
   } catch (const c10::Error& e) {
-    *err = dup(e.what_without_backtrace());
+    *err = message(e);
     return 1;
   } catch (const std::exception& e) {
-    *err = dup(e.what());
+    *err = message(e);
     return 1;
   }
 }

@@ -1,0 +1,65 @@
+// The TORCH backend's sandbox: models and scripts are untrusted input. See sandbox.cpp for what is refused
+// and why; shim.cpp calls these around every load, compile and run.
+#pragma once
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <string>
+
+namespace rai {
+
+// Once, before any model or script: the counting CPU allocator held to `memory_bound` bytes (0: unbounded),
+// bounded versions of the string/list ops that can allocate without a tensor, and silent print handler.
+void init(uint64_t memory_bound);
+
+// Before torch::jit::load: the archive's format, every pickle (classes, nesting), every tensor (bounds against
+// its storage), and every function of its code compiled and checked without running anything. Throws the
+// refusal (a std::runtime_error whose text starts with "TORCH model refused:").
+void precheck_archive(const char* data, size_t len);
+
+// Before compiling a script: refuses source nested deeper than the compiler's stack allows.
+void check_script_source(const std::string& source);
+
+// After loading / compiling: checks every function of the compilation unit once more and instruments every
+// loop with the deadline check. Throws the refusal.
+void admit_model(const torch::jit::Module& m);
+void admit_script(const torch::jit::CompilationUnit& cu);
+
+// One run (a model's forward, a script function): its deadline (MODEL_EXECUTION_TIMEOUT, 0: none; nested runs
+// keep the earliest), warnings dropped. Restores the previous state when it ends.
+class RunScope {
+ public:
+  explicit RunScope(uint64_t timeout_ms);
+  ~RunScope();
+  RunScope(const RunScope&) = delete;
+  RunScope& operator=(const RunScope&) = delete;
+
+ private:
+  int64_t saved_deadline_;
+  uint64_t saved_timeout_;
+  int64_t saved_rss_base_;
+  int64_t saved_last_check_;
+  void* saved_handler_;
+};
+
+// Warnings dropped (loads and compiles run no model code but libtorch may still warn).
+class QuietScope {
+ public:
+  QuietScope();
+  ~QuietScope();
+  QuietScope(const QuietScope&) = delete;
+  QuietScope& operator=(const QuietScope&) = delete;
+
+ private:
+  void* saved_handler_;
+};
+
+// The text to reply for an exception's message: the plain timeout / memory text when the error came from the
+// deadline or the memory bound (TorchScript wraps them in its traceback), else the message itself.
+std::string reply_text(const std::string& what);
+
+// Live bytes held through the counting allocator.
+uint64_t live_bytes();
+
+}  // namespace rai
