@@ -66,13 +66,17 @@ pub enum Error {
     /// A message that RedisAI sent with the `ERR ` prefix.
     #[error("{0}")]
     Generic(String),
+    /// A script function returned something other than tensors: an error only when OUTPUTS were asked for
+    /// (RedisAI's text, no `ERR `).
+    #[error("{0}")]
+    NonTensorResult(String),
 }
 
 impl Error {
     /// The text sent to the client: `ERR ` + message, except where RedisAI sent none.
     pub fn reply_text(&self) -> String {
         match self {
-            Error::WrongType | Error::Plain(_) => self.to_string(),
+            Error::WrongType | Error::Plain(_) | Error::NonTensorResult(_) => self.to_string(),
             _ => format!("ERR {self}"),
         }
     }

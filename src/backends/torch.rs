@@ -136,7 +136,8 @@ impl Backend {
         let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
         // SAFETY: p came from this backend and is freed once, here.
         unsafe { (self.free_string)(p) };
-        if s.starts_with("TORCH model refused:") || s.starts_with("TORCH script refused:") {
+        // Our own refusals, and the GPU error in the words (and with the `ERR `) of the other backends'.
+        if s.starts_with("TORCH model refused:") || s.starts_with("TORCH script refused:") || s.starts_with("GPU") {
             Error::Generic(s)
         } else {
             Error::Plain(s)
@@ -149,8 +150,13 @@ impl Backend {
         call: impl FnOnce(*mut *mut TensorOut, *mut usize, *mut *mut c_char) -> i32,
     ) -> Result<Vec<Tensor>> {
         let (mut outs, mut n, mut err) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-        if call(&mut outs, &mut n, &mut err) != 0 {
-            return Err(self.message(err));
+        match call(&mut outs, &mut n, &mut err) {
+            0 => {}
+            abi::SCRIPT_NON_TENSOR => {
+                let text = self.message(err).to_string();
+                return Err(Error::NonTensorResult(text));
+            }
+            _ => return Err(self.message(err)),
         }
         // SAFETY: on success the backend returned `n` tensors at `outs`, each describing its own
         // shape/data buffers; we copy them and hand the array back to the backend once.

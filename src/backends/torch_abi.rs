@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
 /// 4: runs take MODEL_EXECUTION_TIMEOUT; configure takes the memory bound and can fail; `rai_torch_memory`.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
 #[repr(C)]
@@ -115,6 +115,11 @@ pub type FreeFn = unsafe extern "C" fn(ptr: *mut c_void);
 pub type ScriptCompileFn =
     unsafe extern "C" fn(src: *const u8, len: usize, gpu: i32, script: *mut *mut c_void, err: *mut *mut c_char) -> i32;
 pub type ScriptCheckEntryFn = unsafe extern "C" fn(script: *mut c_void, name: StrView, err: *mut *mut c_char) -> i32;
+/// `ScriptRunFn`'s return value when the function's result holds no tensors.
+pub const SCRIPT_NON_TENSOR: i32 = 2;
+
+/// Returns 0 with the outputs, 1 with an error in `err`, or `SCRIPT_NON_TENSOR` (with RedisAI's message in
+/// `err`) when the function returned something other than tensors: the module decides whether that is an error.
 pub type ScriptRunFn = unsafe extern "C" fn(
     script: *mut c_void,
     function: StrView,

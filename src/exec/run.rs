@@ -408,7 +408,12 @@ fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
             let start = Instant::now();
-            let result = script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)).and_then(|outs| {
+            let result = match script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)) {
+                // A function run for its side effects (`redis.execute`) may return nothing, as in RedisAI.
+                Err(Error::NonTensorResult(_)) if outputs.is_empty() => Ok(Vec::new()),
+                other => other,
+            }
+            .and_then(|outs| {
                 // No OUTPUTS: the results are dropped (scripts run for their side effects), as in RedisAI.
                 if outputs.is_empty() {
                     Ok(Vec::new())

@@ -141,3 +141,46 @@ def test_zipmap_probabilities_become_a_float_tensor(con):
     p1 = np.exp(score) / (np.exp(score) + np.exp(-score))
     np.testing.assert_allclose(probs[:, 1], p1, rtol=1e-5)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+
+
+SIDE_EFFECTS = '''
+def set_only(tensors: List[Tensor], keys: List[str], args: List[str]):
+    redis.execute("SET", [keys[0], args[0]])
+
+def count(tensors: List[Tensor], keys: List[str], args: List[str]):
+    return redis.execute("INCR", [keys[0]])
+'''
+
+
+def test_script_functions_that_return_nothing_run_without_outputs(con):
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 2, "set_only", "count", "SOURCE", SIDE_EFFECTS)
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "set_only", "KEYS", 1, "k", "ARGS", 1, "v") == b"OK"
+    assert con.get("k") == b"v"
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "count", "KEYS", 1, "n") == b"OK"
+    assert con.get("n") == b"1"
+    # Only when OUTPUTS are asked for is a tensor required (RedisAI's text).
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "s", "set_only", "KEYS", 1, "k", "ARGS", 1, "w", "OUTPUTS", 1, "o")
+    assert str(e.value) == "Function returned non-tensor valuesset_only"
+    assert con.exists("o") == 0
+
+
+def test_errors_inside_scripts_keep_redisais_wording(con):
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    src = '''
+def bad_rank(tensors: List[Tensor], keys: List[str], args: List[str]):
+    return redisAI.model_execute(keys[0], [tensors[0], tensors[0]], 1)[0]
+
+def bad_cmd(tensors: List[Tensor], keys: List[str], args: List[str]):
+    redis.execute("INCR", [keys[0]])
+    return tensors[0]
+'''
+    con.execute_command("AI.SCRIPTSTORE", "e", "CPU", "ENTRY_POINTS", 2, "bad_rank", "bad_cmd", "SOURCE", src)
+    set_tensor(con, "x", np.array([1.0, 2.0, 3.0], dtype=np.float32))
+    con.set("str", "abc")
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "e", "bad_rank", "KEYS", 1, "m", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+    assert "Invalid rank for input: a Got: 1 Expected: 2 Please fix either the inputs or the model" in str(e.value)
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "e", "bad_cmd", "KEYS", 1, "str", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+    assert "Redis command returned an error: ERR value is not an integer or out of range" in str(e.value)

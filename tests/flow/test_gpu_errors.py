@@ -8,8 +8,7 @@ Exact replies (spec §1.5 step 9 for ONNX and TF; the others are this module's):
   ONNX    ERR GPU requested but ONNX couldn't find CUDA
   TF      ERR GPU requested but TF couldn't find CUDA
   TFLITE  ERR GPU requested but TFLITE has no GPU support in this module
-  TORCH   GPU requested but Torch couldn't find CUDA     (models and scripts; like every TORCH load error, the
-          text is sent as it comes from the backend library, so it has no `ERR ` prefix: see TORCH_GPU_ERROR)
+  TORCH   ERR GPU requested but Torch couldn't find CUDA (models and scripts)
 
 On a machine with a GPU, scripts/gpu-check.sh checks the other side (models on GPU:0 give the CPU results;
 GPU:<number of GPUs> is refused).
@@ -33,9 +32,8 @@ GPU_DEVICES = ["GPU", "GPU:0", "GPU:1", "gpu:1"]
 ONNX_GPU_ERROR = "ERR GPU requested but ONNX couldn't find CUDA"
 TF_GPU_ERROR = "ERR GPU requested but TF couldn't find CUDA"
 TFLITE_GPU_ERROR = "ERR GPU requested but TFLITE has no GPU support in this module"
-# torch/src/lib.rs (rai_torch_model_load, rai_torch_script_compile). Without `ERR ` on the wire, unlike the
-# three above; if the TORCH backend adds it, this constant is the one place to change.
-TORCH_GPU_ERROR = "GPU requested but Torch couldn't find CUDA"
+# torch/src/lib.rs (rai_torch_model_load, rai_torch_script_compile), sent with `ERR ` like the three above.
+TORCH_GPU_ERROR = "ERR GPU requested but Torch couldn't find CUDA"
 
 SRC = entry("bar", "return tensors[0] + tensors[1]")
 

@@ -150,6 +150,21 @@ unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), String>)
     }
 }
 
+/// A model or script on `GPU:<gpu>` (gpu >= 0) needs CUDA and that device.
+fn check_gpu(gpu: i32) -> Result<(), String> {
+    if gpu < 0 {
+        return Ok(());
+    }
+    if !tch::Cuda::is_available() {
+        return Err("GPU requested but Torch couldn't find CUDA".into());
+    }
+    let count = tch::Cuda::device_count();
+    if i64::from(gpu) >= count {
+        return Err(format!("GPU:{gpu} requested but this machine has {count} GPU(s)"));
+    }
+    Ok(())
+}
+
 /// Adopts the tensors of a shim array and hands them out as `TensorOut`s.
 unsafe fn adopt(
     arr: *mut *mut c_void,
@@ -224,9 +239,7 @@ pub unsafe extern "C" fn rai_torch_model_load(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        if gpu >= 0 && !tch::Cuda::is_available() {
-            return Err("GPU requested but Torch couldn't find CUDA".into());
-        }
+        check_gpu(gpu)?;
         let (mut names, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
         let m = rai_shim_module_load(blob as *const c_char, len, gpu, &mut names, &mut n, &mut e);
         if m.is_null() {
@@ -284,9 +297,7 @@ pub unsafe extern "C" fn rai_torch_script_compile(
     err: *mut *mut c_char,
 ) -> i32 {
     guarded(err, || {
-        if gpu >= 0 && !tch::Cuda::is_available() {
-            return Err("GPU requested but Torch couldn't find CUDA".into());
-        }
+        check_gpu(gpu)?;
         let mut e = std::ptr::null_mut();
         let s = rai_shim_script_compile(src as *const c_char, len, gpu, &mut e);
         if s.is_null() {
@@ -341,7 +352,8 @@ pub unsafe extern "C" fn rai_torch_script_run(
     noutputs: *mut usize,
     err: *mut *mut c_char,
 ) -> i32 {
-    guarded(err, || {
+    let mut non_tensor = false;
+    let rc = guarded(err, || {
         set_threads(intra_threads);
         let name = CString::new(std::slice::from_raw_parts(function.ptr, function.len))
             .map_err(|_| "bad function name".to_string())?;
@@ -370,10 +382,16 @@ pub unsafe extern "C" fn rai_torch_script_run(
             &mut e,
         );
         if rc != 0 {
+            non_tensor = rc == abi::SCRIPT_NON_TENSOR;
             return Err(shim_message(e));
         }
         adopt(arr, n, outputs, noutputs)
-    })
+    });
+    if non_tensor {
+        abi::SCRIPT_NON_TENSOR
+    } else {
+        rc
+    }
 }
 
 /// # Safety

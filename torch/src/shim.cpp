@@ -67,6 +67,12 @@ struct Script {
   c10::Device dev;
 };
 
+// A loaded model and the device its parameters live on (inputs are moved there for each run).
+struct Model {
+  torch::jit::Module module;
+  c10::Device dev;
+};
+
 // ---- TorchScript extensions: redis.execute, redis.asList, redisAI.model_execute -------------------
 // The module hands us callbacks (`rai_shim_set_host`); these structs mirror src/backends/torch_abi.rs.
 struct StrView {
@@ -237,9 +243,9 @@ void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, 
     rai::QuietScope quiet;
     rai::precheck_archive(data, len);
     std::istringstream in(std::string(data, len));
-    auto module = std::make_unique<torch::jit::Module>(torch::jit::load(in, device(gpu), /*load_debug_files=*/false));
-    rai::admit_model(*module);
-    auto* m = module.get();
+    auto model = std::make_unique<Model>(Model{torch::jit::load(in, device(gpu), /*load_debug_files=*/false), device(gpu)});
+    rai::admit_model(model->module);
+    auto* m = &model->module;
     m->eval();
     const auto& schema = m->get_method("forward").function().getSchema();
     std::string joined;
@@ -254,7 +260,7 @@ void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, 
     }
     *names = dup(joined);
     *noutputs = n;
-    return module.release();
+    return model.release();
   } catch (const c10::Error& e) {
     *err = message(e);
     return nullptr;
@@ -270,8 +276,10 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, u
     rai::RunScope scope(timeout_ms);
     c10::InferenceMode guard;
     std::vector<c10::IValue> args;
-    for (size_t i = 0; i < n; ++i) args.emplace_back(*inputs[i]);
-    auto r = static_cast<torch::jit::Module*>(module)->forward(args);
+    auto* model = static_cast<Model*>(module);
+    // Inputs come from the module in CPU memory; a model on GPU:n gets them there (outputs go back to CPU).
+    for (size_t i = 0; i < n; ++i) args.emplace_back(inputs[i]->to(model->dev));
+    auto r = model->module.forward(args);
     std::vector<at::Tensor> v;
     if (!flatten(r, v)) {
       *err = dup("Model returned non-tensor values");
@@ -289,7 +297,7 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, u
   }
 }
 
-void rai_shim_module_free(void* module) { delete static_cast<torch::jit::Module*>(module); }
+void rai_shim_module_free(void* module) { delete static_cast<Model*>(module); }
 
 void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) {
   try {
@@ -363,7 +371,7 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     std::vector<c10::IValue> stack;
     if (call == 0) {
       c10::List<at::Tensor> ts;
-      for (size_t i = 0; i < n; ++i) ts.push_back(*tensors[i]);
+      for (size_t i = 0; i < n; ++i) ts.push_back(tensors[i]->to(s->dev));
       c10::List<std::string> ks, as;
       for (size_t i = 0; i < nkeys; ++i) ks.push_back(std::string(keys[i], key_lens[i]));
       for (size_t i = 0; i < nargs; ++i) as.push_back(std::string(args[i], arg_lens[i]));
@@ -378,11 +386,11 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
             *err = dup("Wrong number of inputs provided to function: " + fn);
             return 1;
           }
-          stack.emplace_back(*tensors[next++]);
+          stack.emplace_back(tensors[next++]->to(s->dev));
         } else if (list_of(arg.type(), c10::TypeKind::TensorType) && !list_taken) {
           c10::List<at::Tensor> l;
           if (list_from >= 0) next = static_cast<size_t>(list_from);
-          while (next < n) l.push_back(*tensors[next++]);
+          while (next < n) l.push_back(tensors[next++]->to(s->dev));
           stack.emplace_back(l);
           list_taken = true;
         } else {
@@ -398,8 +406,9 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     auto r = (*f)(stack);
     std::vector<at::Tensor> v;
     if (!flatten(r, v)) {
+      // An error only if the caller asked for OUTPUTS (the module decides): SCRIPT_NON_TENSOR in torch_abi.rs.
       *err = dup("Function returned non-tensor values" + fn);
-      return 1;
+      return 2;
     }
     *outs = to_array(v);
     *nout = v.size();
