@@ -239,16 +239,16 @@ impl Drop for TorchModel {
 
 pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let backend = backend()?;
-    let (mut handle, mut names, mut err) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let (mut handle, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mut info = abi::ModelInfo { input_names: std::ptr::null_mut(), noutputs: 0 };
     // SAFETY: blob is valid for its length during the call; the out-pointers are writable.
     let rc =
-        unsafe { (backend.model_load)(blob.as_ptr(), blob.len(), gpu_index(opts), &mut handle, &mut names, &mut err) };
+        unsafe { (backend.model_load)(blob.as_ptr(), blob.len(), gpu_index(opts), &mut handle, &mut info, &mut err) };
     backend.error_from(rc, err)?;
-    let described = backend.message(names).to_string();
-    let (inputs, n_out) = described.rsplit_once('\t').unwrap_or((described.as_str(), "1"));
+    let names = if info.input_names.is_null() { String::new() } else { backend.message(info.input_names).to_string() };
     let inputs: Vec<String> =
-        if inputs.is_empty() { Vec::new() } else { inputs.split('\n').map(str::to_string).collect() };
-    let outputs = vec![String::new(); n_out.parse().unwrap_or(1)];
+        if names.is_empty() { Vec::new() } else { names.split('\n').map(str::to_string).collect() };
+    let outputs = vec![String::new(); info.noutputs];
     Ok(Box::new(TorchModel { backend, handle, inputs, outputs, intra: opts.intra_op_threads as i32 }))
 }
 

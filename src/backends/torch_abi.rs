@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
 /// 4: runs take MODEL_EXECUTION_TIMEOUT; configure takes the memory bound and can fail; `rai_torch_memory`.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
 #[repr(C)]
@@ -91,12 +91,20 @@ pub const CALL_POSITIONAL: i32 = 1; // AI.SCRIPTSET scripts: tensor arguments, o
 /// (freed with `rai_torch_free_string`).
 pub type AbiVersionFn = unsafe extern "C" fn() -> u32;
 pub type VersionFn = unsafe extern "C" fn() -> *mut c_char;
+/// What a loaded model declares: forward()'s argument names (joined by '\n': TorchScript names are identifiers;
+/// the string is freed with `FreeStringFn`) and the number of values it returns (a tuple counts its elements).
+#[repr(C)]
+pub struct ModelInfo {
+    pub input_names: *mut c_char,
+    pub noutputs: usize,
+}
+
 pub type ModelLoadFn = unsafe extern "C" fn(
     blob: *const u8,
     len: usize,
     gpu: i32,
     model: *mut *mut c_void,
-    input_names: *mut *mut c_char,
+    info: *mut ModelInfo,
     err: *mut *mut c_char,
 ) -> i32;
 /// `timeout_ms` (MODEL_EXECUTION_TIMEOUT, 0: none) bounds the run: a loop or an allocation past it fails the run

@@ -107,11 +107,15 @@ fn tch_error(e: tch::TchError) -> String {
     }
 }
 
-/// SAFETY (callers): `v` describes `ndim` dims and `len` readable bytes, valid for the call.
+/// # Safety
+/// `v` describes `ndim` dims and `len` readable bytes, valid for the call.
 unsafe fn to_tensor(v: &TensorView) -> Result<Tensor, String> {
-    let shape = if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) };
-    let data = if v.len == 0 { &[][..] } else { std::slice::from_raw_parts(v.data, v.len) };
-    Tensor::f_from_data_size(data, shape, kind_of(v.dtype)?).map_err(tch_error)
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        let shape = if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) };
+        let data = if v.len == 0 { &[][..] } else { std::slice::from_raw_parts(v.data, v.len) };
+        Tensor::f_from_data_size(data, shape, kind_of(v.dtype)?).map_err(tch_error)
+    }
 }
 
 fn to_out(t: &Tensor) -> Result<TensorOut, String> {
@@ -125,28 +129,42 @@ fn to_out(t: &Tensor) -> Result<TensorOut, String> {
     Ok(TensorOut::new(dtype, t.size(), data))
 }
 
-/// SAFETY (callers): `err` is writable.
+/// # Safety
+/// `err` is writable.
 unsafe fn fail(err: *mut *mut c_char, msg: String) -> i32 {
-    *err = CString::new(msg.replace('\0', " ")).unwrap_or_default().into_raw();
-    1
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        *err = CString::new(msg.replace('\0', " ")).unwrap_or_default().into_raw();
+        1
+    }
 }
 
 /// Takes a message the shim malloc'd.
+/// # Safety
+/// `p` is null or a NUL-terminated string from the shim, not used again.
 unsafe fn shim_message(p: *mut c_char) -> String {
-    if p.is_null() {
-        return "unknown libtorch error".into();
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        if p.is_null() {
+            return "unknown libtorch error".into();
+        }
+        let s = CStr::from_ptr(p).to_string_lossy().into_owned();
+        rai_shim_free_string(p);
+        s
     }
-    let s = CStr::from_ptr(p).to_string_lossy().into_owned();
-    rai_shim_free_string(p);
-    s
 }
 
 /// Runs `f`, turning a panic into an error: nothing may unwind into the module.
+/// # Safety
+/// `err` is writable.
 unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), String>) -> i32 {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => fail(err, e),
-        Err(_) => fail(err, "internal error in the TORCH backend".into()),
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => fail(err, e),
+            Err(_) => fail(err, "internal error in the TORCH backend".into()),
+        }
     }
 }
 
@@ -166,17 +184,22 @@ fn check_gpu(gpu: i32) -> Result<(), String> {
 }
 
 /// Adopts the tensors of a shim array and hands them out as `TensorOut`s.
+/// # Safety
+/// `arr` holds `n` tensors from the shim, given up by the caller; the out-pointers are writable.
 unsafe fn adopt(
     arr: *mut *mut c_void,
     n: usize,
     outputs: *mut *mut TensorOut,
     noutputs: *mut usize,
 ) -> Result<(), String> {
-    let tensors: Vec<Tensor> = (0..n).map(|i| Tensor::from_ptr(*arr.add(i) as *mut _)).collect();
-    rai_shim_free_array(arr);
-    let outs = tensors.iter().map(to_out).collect::<Result<Vec<_>, _>>()?;
-    abi::give_outs(outs, outputs, noutputs);
-    Ok(())
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        let tensors: Vec<Tensor> = (0..n).map(|i| Tensor::from_ptr(*arr.add(i) as *mut _)).collect();
+        rai_shim_free_array(arr);
+        let outs = tensors.iter().map(to_out).collect::<Result<Vec<_>, _>>()?;
+        abi::give_outs(outs, outputs, noutputs);
+        Ok(())
+    }
 }
 
 fn set_threads(intra: i32) {
@@ -195,25 +218,30 @@ pub extern "C" fn rai_torch_abi() -> u32 {
 /// `host` points to callbacks that stay valid for the life of the process.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_set_host(host: *const abi::HostApi) {
-    rai_shim_set_host(host);
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        rai_shim_set_host(host);
+    }
 }
 
 /// # Safety
 /// See `abi::ConfigureFn`; `err` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_configure(inter_op_threads: i32, memory_bound: u64, err: *mut *mut c_char) -> i32 {
-    if inter_op_threads > 0 {
-        let _ = catch_unwind(|| tch::set_num_interop_threads(inter_op_threads));
-    }
-    guarded(err, || {
-        let mut e = std::ptr::null_mut();
-        // SAFETY: `e` is writable; the shim catches every C++ exception.
-        if unsafe { rai_shim_configure(memory_bound, &mut e) } != 0 {
-            // SAFETY: the shim malloc'd the message.
-            return Err(unsafe { shim_message(e) });
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        if inter_op_threads > 0 {
+            let _ = catch_unwind(|| tch::set_num_interop_threads(inter_op_threads));
         }
-        Ok(())
-    })
+        guarded(err, || {
+            let mut e = std::ptr::null_mut();
+            // `e` is writable; the shim catches every C++ exception and malloc's the message.
+            if rai_shim_configure(memory_bound, &mut e) != 0 {
+                return Err(shim_message(e));
+            }
+            Ok(())
+        })
+    }
 }
 
 #[no_mangle]
@@ -235,22 +263,24 @@ pub unsafe extern "C" fn rai_torch_model_load(
     len: usize,
     gpu: i32,
     model: *mut *mut c_void,
-    input_names: *mut *mut c_char,
+    info: *mut abi::ModelInfo,
     err: *mut *mut c_char,
 ) -> i32 {
-    guarded(err, || {
-        check_gpu(gpu)?;
-        let (mut names, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-        let m = rai_shim_module_load(blob as *const c_char, len, gpu, &mut names, &mut n, &mut e);
-        if m.is_null() {
-            return Err(shim_message(e));
-        }
-        let joined = shim_message(names);
-        // "<inputs>\t<number of outputs>"
-        *input_names = CString::new(format!("{joined}\t{n}")).unwrap_or_default().into_raw();
-        *model = m;
-        Ok(())
-    })
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        guarded(err, || {
+            check_gpu(gpu)?;
+            let (mut names, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+            let m = rai_shim_module_load(blob as *const c_char, len, gpu, &mut names, &mut n, &mut e);
+            if m.is_null() {
+                return Err(shim_message(e));
+            }
+            let joined = shim_message(names);
+            *info = abi::ModelInfo { input_names: CString::new(joined).unwrap_or_default().into_raw(), noutputs: n };
+            *model = m;
+            Ok(())
+        })
+    }
 }
 
 /// # Safety
@@ -266,24 +296,30 @@ pub unsafe extern "C" fn rai_torch_model_run(
     noutputs: *mut usize,
     err: *mut *mut c_char,
 ) -> i32 {
-    guarded(err, || {
-        set_threads(intra_threads);
-        let views = if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) };
-        let tensors = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
-        let ptrs: Vec<*const c_void> = tensors.iter().map(|t| t.as_ptr() as *const c_void).collect();
-        let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-        if rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), timeout_ms, &mut arr, &mut n, &mut e) != 0 {
-            return Err(shim_message(e));
-        }
-        adopt(arr, n, outputs, noutputs)
-    })
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        guarded(err, || {
+            set_threads(intra_threads);
+            let views = if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) };
+            let tensors = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
+            let ptrs: Vec<*const c_void> = tensors.iter().map(|t| t.as_ptr() as *const c_void).collect();
+            let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+            if rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), timeout_ms, &mut arr, &mut n, &mut e) != 0 {
+                return Err(shim_message(e));
+            }
+            adopt(arr, n, outputs, noutputs)
+        })
+    }
 }
 
 /// # Safety
 /// `model` came from `rai_torch_model_load` and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_model_free(model: *mut c_void) {
-    let _ = catch_unwind(|| rai_shim_module_free(model));
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        let _ = catch_unwind(|| rai_shim_module_free(model));
+    }
 }
 
 /// # Safety
@@ -296,16 +332,19 @@ pub unsafe extern "C" fn rai_torch_script_compile(
     script: *mut *mut c_void,
     err: *mut *mut c_char,
 ) -> i32 {
-    guarded(err, || {
-        check_gpu(gpu)?;
-        let mut e = std::ptr::null_mut();
-        let s = rai_shim_script_compile(src as *const c_char, len, gpu, &mut e);
-        if s.is_null() {
-            return Err(shim_message(e));
-        }
-        *script = s;
-        Ok(())
-    })
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        guarded(err, || {
+            check_gpu(gpu)?;
+            let mut e = std::ptr::null_mut();
+            let s = rai_shim_script_compile(src as *const c_char, len, gpu, &mut e);
+            if s.is_null() {
+                return Err(shim_message(e));
+            }
+            *script = s;
+            Ok(())
+        })
+    }
 }
 
 /// # Safety
@@ -316,20 +355,29 @@ pub unsafe extern "C" fn rai_torch_script_check_entry(
     name: StrView,
     err: *mut *mut c_char,
 ) -> i32 {
-    guarded(err, || {
-        let name = CString::new(std::slice::from_raw_parts(name.ptr, name.len))
-            .map_err(|_| "bad function name".to_string())?;
-        let mut e = std::ptr::null_mut();
-        if rai_shim_script_check_entry(script, name.as_ptr(), &mut e) != 0 {
-            return Err(shim_message(e));
-        }
-        Ok(())
-    })
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        guarded(err, || {
+            let name = CString::new(std::slice::from_raw_parts(name.ptr, name.len))
+                .map_err(|_| "bad function name".to_string())?;
+            let mut e = std::ptr::null_mut();
+            if rai_shim_script_check_entry(script, name.as_ptr(), &mut e) != 0 {
+                return Err(shim_message(e));
+            }
+            Ok(())
+        })
+    }
 }
 
+/// The pointers and lengths of `n` string views.
+/// # Safety
+/// `p` points to `n` views (or `n` is 0).
 unsafe fn strs(p: *const StrView, n: usize) -> (Vec<*const c_char>, Vec<usize>) {
-    let v: &[StrView] = if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) };
-    (v.iter().map(|s| s.ptr as *const c_char).collect(), v.iter().map(|s| s.len).collect())
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        let v: &[StrView] = if n == 0 { &[] } else { std::slice::from_raw_parts(p, n) };
+        (v.iter().map(|s| s.ptr as *const c_char).collect(), v.iter().map(|s| s.len).collect())
+    }
 }
 
 /// # Safety
@@ -352,45 +400,48 @@ pub unsafe extern "C" fn rai_torch_script_run(
     noutputs: *mut usize,
     err: *mut *mut c_char,
 ) -> i32 {
-    let mut non_tensor = false;
-    let rc = guarded(err, || {
-        set_threads(intra_threads);
-        let name = CString::new(std::slice::from_raw_parts(function.ptr, function.len))
-            .map_err(|_| "bad function name".to_string())?;
-        let views = if ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(tensors, ntensors) };
-        let ts = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
-        let ptrs: Vec<*const c_void> = ts.iter().map(|t| t.as_ptr() as *const c_void).collect();
-        let (kp, kl) = strs(keys, nkeys);
-        let (ap, al) = strs(args, nargs);
-        let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-        let rc = rai_shim_script_run(
-            script,
-            name.as_ptr(),
-            call,
-            ptrs.as_ptr(),
-            ptrs.len(),
-            list_from as libc::c_long,
-            kp.as_ptr(),
-            kl.as_ptr(),
-            nkeys,
-            ap.as_ptr(),
-            al.as_ptr(),
-            nargs,
-            timeout_ms,
-            &mut arr,
-            &mut n,
-            &mut e,
-        );
-        if rc != 0 {
-            non_tensor = rc == abi::SCRIPT_NON_TENSOR;
-            return Err(shim_message(e));
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        let mut non_tensor = false;
+        let rc = guarded(err, || {
+            set_threads(intra_threads);
+            let name = CString::new(std::slice::from_raw_parts(function.ptr, function.len))
+                .map_err(|_| "bad function name".to_string())?;
+            let views = if ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(tensors, ntensors) };
+            let ts = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
+            let ptrs: Vec<*const c_void> = ts.iter().map(|t| t.as_ptr() as *const c_void).collect();
+            let (kp, kl) = strs(keys, nkeys);
+            let (ap, al) = strs(args, nargs);
+            let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
+            let rc = rai_shim_script_run(
+                script,
+                name.as_ptr(),
+                call,
+                ptrs.as_ptr(),
+                ptrs.len(),
+                list_from as libc::c_long,
+                kp.as_ptr(),
+                kl.as_ptr(),
+                nkeys,
+                ap.as_ptr(),
+                al.as_ptr(),
+                nargs,
+                timeout_ms,
+                &mut arr,
+                &mut n,
+                &mut e,
+            );
+            if rc != 0 {
+                non_tensor = rc == abi::SCRIPT_NON_TENSOR;
+                return Err(shim_message(e));
+            }
+            adopt(arr, n, outputs, noutputs)
+        });
+        if non_tensor {
+            abi::SCRIPT_NON_TENSOR
+        } else {
+            rc
         }
-        adopt(arr, n, outputs, noutputs)
-    });
-    if non_tensor {
-        abi::SCRIPT_NON_TENSOR
-    } else {
-        rc
     }
 }
 
@@ -398,20 +449,44 @@ pub unsafe extern "C" fn rai_torch_script_run(
 /// `script` came from `rai_torch_script_compile` and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_script_free(script: *mut c_void) {
-    let _ = catch_unwind(|| rai_shim_script_free(script));
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        let _ = catch_unwind(|| rai_shim_script_free(script));
+    }
 }
 
 /// # Safety
 /// `tensors`/`n` came from a run of this library and are freed once.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_free_tensors(tensors: *mut TensorOut, n: usize) {
-    abi::free_outs(tensors, n)
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe { abi::free_outs(tensors, n) }
 }
 /// # Safety
 /// `s` came from this library and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn rai_torch_free_string(s: *mut c_char) {
-    if !s.is_null() {
-        drop(CString::from_raw(s));
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        if !s.is_null() {
+            drop(CString::from_raw(s));
+        }
     }
 }
+
+// The compiler checks every export against the ABI the module calls it through (src/backends/torch_abi.rs): a
+// signature that drifts on either side no longer compiles.
+const _: abi::AbiVersionFn = rai_torch_abi;
+const _: abi::SetHostFn = rai_torch_set_host;
+const _: abi::ConfigureFn = rai_torch_configure;
+const _: abi::MemoryFn = rai_torch_memory;
+const _: abi::VersionFn = rai_torch_version;
+const _: abi::ModelLoadFn = rai_torch_model_load;
+const _: abi::ModelRunFn = rai_torch_model_run;
+const _: abi::FreeFn = rai_torch_model_free;
+const _: abi::ScriptCompileFn = rai_torch_script_compile;
+const _: abi::ScriptCheckEntryFn = rai_torch_script_check_entry;
+const _: abi::ScriptRunFn = rai_torch_script_run;
+const _: abi::FreeFn = rai_torch_script_free;
+const _: abi::FreeTensorsFn = rai_torch_free_tensors;
+const _: abi::FreeStringFn = rai_torch_free_string;
