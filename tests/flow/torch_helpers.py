@@ -8,6 +8,10 @@ Committed models (tests/data/gen_torch.cpp):
   torch_linear.pt       forward(x) = x @ W + B   (x [batch, 4]; W, B of tests/data/weights.py)
   torch_int.pt          forward(a, b) = a * b + 1
   torch_slow.pt         forward(x): 200 times x = tanh(x @ x.T @ x / 256)
+  torch_quantized_linear.pt, torch_quantized_frozen.pt   quantized models (packed params) that must keep working
+  torch_sec_*.pt        models the TORCH sandbox refuses or bounds (test_security_torch.py): from_file, save,
+                        a forbidden buffer, zeros past the memory bound, an endless loop, __setstate__ with a
+                        loop or a save
 """
 
 
