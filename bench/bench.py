@@ -122,9 +122,12 @@ def bench_execute(requests):
             ping, ping_cpu = cpu_per_request(s, requests, "PING")
             execute, exec_cpu = cpu_per_request(s, requests, "AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b",
                                                 "OUTPUTS", "1", "c")
+            single = single_client_p50(s.port, 5000)
         finally:
             s.stop()
         rows.append((label, ping, ping_cpu, execute, exec_cpu))
+        print("single client, %s: p50 PING %.1f us, MODELEXECUTE %.1f us, ratio %.2f (target <= 1.3), 5000 each, "
+              "interleaved" % (label, single[0], single[1], single[1] / single[0]))
     print("== tiny model (mul.onnx, 2x2) vs PING, 50 clients, %d requests each" % requests)
     print("%-30s %12s %10s %10s %12s %14s %14s" % ("command", "req/s", "p50 ms", "p99 ms", "main us/req",
                                                    "workers us/req", "client us/req"))
@@ -137,6 +140,20 @@ def bench_execute(requests):
         if (os.cpu_count() or 1) <= 2:
             print("  CPU-bound ceiling on %d cores (PING CPU/req over MODELEXECUTE CPU/req, server + client): %.3f"
                   % (os.cpu_count() or 1, sum(ping_cpu) / sum(exec_cpu)))
+
+
+def single_client_p50(port, n):
+    """p50 round trip (us) of PING and of the tiny MODELEXECUTE from one client, interleaved."""
+    import redis
+    c = redis.Redis(port=port)
+    cmd = ("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "b", "OUTPUTS", 1, "c")
+    times = {"ping": [], "exec": []}
+    for _ in range(n):
+        for name, args in (("ping", ("PING",)), ("exec", cmd)):
+            t0 = time.perf_counter()
+            c.execute_command(*args)
+            times[name].append(time.perf_counter() - t0)
+    return tuple(sorted(times[k])[n // 2] * 1e6 for k in ("ping", "exec"))
 
 
 def bench_idle(seconds):
