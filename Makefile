@@ -14,11 +14,14 @@ PYTHON := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.requirements.stamp
 MODULE := $(CURDIR)/target/release/libredisai.so
 
-# ONNX Runtime: the cache dir comes from the manifest (no network here).
-ORT_DIR := $(shell scripts/fetch-backend.sh --dir onnxruntime)
-ifeq ($(ORT_DIR),)
-  $(error scripts/fetch-backend.sh --dir onnxruntime failed)
+# Every backend's cache dir, from the manifest in one call (no network here).
+BACKEND_DIRS := $(shell scripts/fetch-backend.sh --dir onnxruntime tensorflow litert torch)
+ifneq ($(words $(BACKEND_DIRS)),4)
+  $(error scripts/fetch-backend.sh --dir failed)
 endif
+
+# ONNX Runtime.
+ORT_DIR := $(word 1,$(BACKEND_DIRS))
 ORT_VERSION := $(patsubst onnxruntime-%,%,$(notdir $(ORT_DIR)))
 ORT_LIB := $(ORT_DIR)/lib/libonnxruntime.so.$(ORT_VERSION)
 # Exported to every cargo run (build, test, clippy) alike, so that a build
@@ -26,17 +29,17 @@ ORT_LIB := $(ORT_DIR)/lib/libonnxruntime.so.$(ORT_VERSION)
 export REDISAI_ONNX_LIB_DIR := $(ORT_DIR)/lib
 
 # TensorFlow: libtensorflow_cc.so.2 + libtensorflow_framework.so.2 from the tensorflow-cpu wheel.
-TF_DIR := $(shell scripts/fetch-backend.sh --dir tensorflow)
+TF_DIR := $(word 2,$(BACKEND_DIRS))
 TF_LIB := $(TF_DIR)/lib/libtensorflow_cc.so.2
 export REDISAI_TF_LIB_DIR := $(TF_DIR)/lib
 
 # TensorFlow Lite: libLiteRt.so (LiteRT's C API) from the ai-edge-litert wheel.
-TFLITE_DIR := $(shell scripts/fetch-backend.sh --dir litert)
+TFLITE_DIR := $(word 3,$(BACKEND_DIRS))
 TFLITE_LIB := $(TFLITE_DIR)/lib/libLiteRt.so
 export REDISAI_TFLITE_LIB_DIR := $(TFLITE_DIR)/lib
 
 # libtorch (for the TORCH backend library, target/release/libredisai_torch.so, crate torch/).
-TORCH_DIR := $(shell scripts/fetch-backend.sh --dir torch)
+TORCH_DIR := $(word 4,$(BACKEND_DIRS))
 export LIBTORCH := $(TORCH_DIR)
 
 # GPU flavour (docs/commands.md, section GPU): `make build GPU=1` also fetches scripts/backends-gpu.manifest

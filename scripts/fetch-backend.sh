@@ -3,7 +3,7 @@
 # PyPI wheels into a versioned cache outside the repo.
 #
 #   scripts/fetch-backend.sh <backend>|all     fetch (or reuse) and print the dir(s)
-#   scripts/fetch-backend.sh --dir <backend>   print the dir only; no network
+#   scripts/fetch-backend.sh --dir <backend>...  print the dir(s) only, one per line; no network
 #
 # Backends are described in scripts/backends.manifest. The cache directory is
 # ${REDISAI_CACHE:-$HOME/.cache/redisai-rs}/<backend>-<version>/. Progress goes
@@ -149,8 +149,8 @@ fetch() {
 
 [[ $# -ge 1 ]] || usage
 if [[ $1 == --dir ]]; then
-  [[ $# -eq 2 ]] || usage
-  backend_dir "$2"
+  [[ $# -ge 2 ]] || usage
+  for b in "${@:2}"; do backend_dir "$b"; done
   exit 0
 fi
 [[ $# -eq 1 && $1 != -* ]] || usage
