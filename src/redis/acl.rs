@@ -13,7 +13,7 @@ use super::strings::OwnedStrings;
 /// The ACL user name of the client running the current command (main thread).
 pub fn current_user(ctx: *mut raw::RedisModuleCtx) -> Option<Arc<[u8]>> {
     // SAFETY: Init fills the API table once, before any command runs; it never changes afterwards.
-    let get = unsafe { raw::RedisModule_GetCurrentUserName }?;
+    let get = api_opt!(RedisModule_GetCurrentUserName)?;
     // SAFETY: ctx is the live context of the running command; the returned string is ours to free.
     unsafe {
         let s = get(ctx);
@@ -23,7 +23,7 @@ pub fn current_user(ctx: *mut raw::RedisModuleCtx) -> Option<Arc<[u8]>> {
         let mut len = 0usize;
         let p = raw::string_ptr_len(s, &mut len);
         let name: Arc<[u8]> = std::slice::from_raw_parts(p as *const u8, len).into();
-        raw::RedisModule_FreeString.expect("API initialised")(std::ptr::null_mut(), s);
+        api!(RedisModule_FreeString)(std::ptr::null_mut(), s);
         Some(name)
     }
 }
@@ -36,7 +36,7 @@ impl User {
     fn lookup(name: &[u8]) -> Result<User, String> {
         // SAFETY: Init fills the API table once, before any command runs; it never changes afterwards.
         let (Some(get), Some(_)) =
-            (unsafe { (raw::RedisModule_GetModuleUserFromUserName, raw::RedisModule_FreeModuleUser) })
+            (api_opt!(RedisModule_GetModuleUserFromUserName), api_opt!(RedisModule_FreeModuleUser))
         else {
             return Err("NOPERM this server cannot check ACL permissions for module callbacks".into());
         };
@@ -53,7 +53,7 @@ impl User {
 impl Drop for User {
     fn drop(&mut self) {
         // SAFETY: see `current_user` for the table; self.0 came from GetModuleUserFromUserName, freed once.
-        if let Some(free) = unsafe { raw::RedisModule_FreeModuleUser } {
+        if let Some(free) = api_opt!(RedisModule_FreeModuleUser) {
             // SAFETY: as above.
             unsafe { free(self.0) };
         }
@@ -69,7 +69,7 @@ fn no_user() -> String {
 pub fn check_command(user: Option<&[u8]>, argv: &OwnedStrings) -> Result<(), String> {
     let user = User::lookup(user.ok_or_else(no_user)?)?;
     // SAFETY: Init fills the API table once, before any command runs; it never changes afterwards.
-    let Some(check) = (unsafe { raw::RedisModule_ACLCheckCommandPermissions }) else {
+    let Some(check) = api_opt!(RedisModule_ACLCheckCommandPermissions) else {
         return Err("NOPERM this server cannot check ACL permissions for module callbacks".into());
     };
     let mut args = argv.0.clone();
@@ -88,7 +88,7 @@ pub fn check_command(user: Option<&[u8]>, argv: &OwnedStrings) -> Result<(), Str
 pub fn check_read_key(user: Option<&[u8]>, key: &[u8]) -> Result<(), String> {
     let user = User::lookup(user.ok_or_else(no_user)?)?;
     // SAFETY: Init fills the API table once, before any command runs; it never changes afterwards.
-    let Some(check) = (unsafe { raw::RedisModule_ACLCheckKeyPermissions }) else {
+    let Some(check) = api_opt!(RedisModule_ACLCheckKeyPermissions) else {
         return Err("NOPERM this server cannot check ACL permissions for module callbacks".into());
     };
     let k = OwnedStrings::new(&[key]);

@@ -29,7 +29,7 @@ impl Blocked {
             | raw::REDISMODULE_CTX_FLAGS_LUA
             | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
         // SAFETY: ctx is the live context of the running command (main thread).
-        let flags = unsafe { raw::RedisModule_GetContextFlags.expect("API initialised")(ctx) } as u32;
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
         if flags & no_block != 0 {
             return Err(Error::InTransaction);
         }
@@ -40,7 +40,7 @@ impl Blocked {
     /// (Valkey refuses to block its primary's client; Redis 7 allows it), so work is done inline.
     pub fn from_replication(ctx: *mut raw::RedisModuleCtx) -> bool {
         // SAFETY: ctx is the live context of the running command (main thread).
-        let flags = unsafe { raw::RedisModule_GetContextFlags.expect("API initialised")(ctx) } as u32;
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
         flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
     }
 
@@ -49,13 +49,12 @@ impl Blocked {
         Blocked::check_can_block(ctx)?;
         // SAFETY: as above; the callbacks match Redis's signatures and outlive the module.
         unsafe {
-            let db = raw::RedisModule_GetSelectedDb.expect("API initialised")(ctx);
-            let bc =
-                raw::RedisModule_BlockClient.expect("API initialised")(ctx, Some(on_reply), None, Some(on_free), 0);
+            let db = api!(RedisModule_GetSelectedDb)(ctx);
+            let bc = api!(RedisModule_BlockClient)(ctx, Some(on_reply), None, Some(on_free), 0);
             if bc.is_null() {
                 return Err(Error::InTransaction);
             }
-            if let Some(start) = raw::RedisModule_BlockedClientMeasureTimeStart {
+            if let Some(start) = api_opt!(RedisModule_BlockedClientMeasureTimeStart) {
                 start(bc);
             }
             Ok(Blocked { bc, db, completed: false })
@@ -67,7 +66,7 @@ impl Blocked {
         let db = self.db;
         let f: Finish = Box::new(move |ctx| {
             // SAFETY: ctx is the reply context Redis passes to on_reply, on the main thread.
-            unsafe { raw::RedisModule_SelectDb.expect("API initialised")(ctx, db) };
+            unsafe { api!(RedisModule_SelectDb)(ctx, db) };
             finish(ctx)
         });
         self.unblock(Box::new(Some(f)));
@@ -78,10 +77,10 @@ impl Blocked {
         // SAFETY: bc came from BlockClient and is unblocked exactly once (guarded by `completed`);
         // Redis owns `payload` from here and hands it back to on_reply/on_free.
         unsafe {
-            if let Some(end) = raw::RedisModule_BlockedClientMeasureTimeEnd {
+            if let Some(end) = api_opt!(RedisModule_BlockedClientMeasureTimeEnd) {
                 end(self.bc);
             }
-            raw::RedisModule_UnblockClient.expect("API initialised")(self.bc, Box::into_raw(payload) as *mut c_void);
+            api!(RedisModule_UnblockClient)(self.bc, Box::into_raw(payload) as *mut c_void);
         }
     }
 }
@@ -99,10 +98,7 @@ extern "C" fn on_reply(ctx: *mut raw::RedisModuleCtx, _argv: *mut *mut raw::Redi
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the private data is the Box<Option<Finish>> passed to UnblockClient; it stays alive
         // until on_free, which runs after this callback on the same (main) thread.
-        let slot = unsafe {
-            (raw::RedisModule_GetBlockedClientPrivateData.expect("API initialised")(ctx) as *mut Option<Finish>)
-                .as_mut()
-        };
+        let slot = unsafe { (api!(RedisModule_GetBlockedClientPrivateData)(ctx) as *mut Option<Finish>).as_mut() };
         match slot.and_then(Option::take) {
             Some(finish) => finish(ctx),
             None => error(ctx, "ERR internal error in redisai: the request was abandoned (see the server log)"),

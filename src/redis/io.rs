@@ -12,7 +12,7 @@ pub struct Io(pub *mut raw::RedisModuleIO);
 impl Io {
     fn check(&self) -> Result<()> {
         // SAFETY: self.0 is the live IO handle Redis passed to the rdb_load callback we are inside of.
-        if unsafe { raw::RedisModule_IsIOError.is_some_and(|f| f(self.0) != 0) } {
+        if unsafe { api_opt!(RedisModule_IsIOError).is_some_and(|f| f(self.0) != 0) } {
             Err(Error::rdb("rdb", "I/O error while reading"))
         } else {
             Ok(())
@@ -23,14 +23,14 @@ impl Io {
 impl RdbRead for Io {
     fn read_unsigned(&mut self) -> Result<u64> {
         // SAFETY: as in `check`; Redis initialised the function pointer before any callback runs.
-        let v = unsafe { raw::RedisModule_LoadUnsigned.expect("API initialised")(self.0) };
+        let v = unsafe { api!(RedisModule_LoadUnsigned)(self.0) };
         self.check().map(|_| v)
     }
 
     fn read_buffer(&mut self) -> Result<Vec<u8>> {
         let mut len = 0usize;
         // SAFETY: as in `check`; `len` outlives the call.
-        let ptr = unsafe { raw::RedisModule_LoadStringBuffer.expect("API initialised")(self.0, &mut len) };
+        let ptr = unsafe { api!(RedisModule_LoadStringBuffer)(self.0, &mut len) };
         self.check()?;
         if ptr.is_null() {
             return Err(Error::rdb("rdb", "missing string"));
@@ -39,7 +39,7 @@ impl RdbRead for Io {
         // them out and hand the block back to RedisModule_Free exactly once.
         let out = unsafe {
             let v = std::slice::from_raw_parts(ptr as *const u8, len).to_vec();
-            raw::RedisModule_Free.expect("API initialised")(ptr.cast());
+            api!(RedisModule_Free)(ptr.cast());
             v
         };
         Ok(out)
@@ -49,13 +49,11 @@ impl RdbRead for Io {
 impl RdbWrite for Io {
     fn write_unsigned(&mut self, v: u64) {
         // SAFETY: self.0 is the live IO handle of the rdb_save callback we are inside of.
-        unsafe { raw::RedisModule_SaveUnsigned.expect("API initialised")(self.0, v) }
+        unsafe { api!(RedisModule_SaveUnsigned)(self.0, v) }
     }
 
     fn write_buffer(&mut self, b: &[u8]) {
         // SAFETY: as above; `b` is valid for `b.len()` bytes during the call (Redis copies it).
-        unsafe {
-            raw::RedisModule_SaveStringBuffer.expect("API initialised")(self.0, b.as_ptr() as *const c_char, b.len())
-        }
+        unsafe { api!(RedisModule_SaveStringBuffer)(self.0, b.as_ptr() as *const c_char, b.len()) }
     }
 }

@@ -19,7 +19,7 @@ impl Key {
     pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Key {
         let mode = if write { raw::KeyMode::READ | raw::KeyMode::WRITE } else { raw::KeyMode::READ };
         // SAFETY: ctx and name are the live context and argv string of the command being executed.
-        let key = unsafe { raw::RedisModule_OpenKey.expect("API initialised")(ctx, name, mode.bits()) };
+        let key = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode.bits()) };
         Key { ctx, key }
     }
 
@@ -33,12 +33,12 @@ impl Key {
     /// Deletes the key (opened for writing).
     pub fn delete(&self) {
         // SAFETY: self.key is an open key of this context, opened for writing by the caller.
-        unsafe { raw::RedisModule_DeleteKey.expect("API initialised")(self.key) };
+        unsafe { api!(RedisModule_DeleteKey)(self.key) };
     }
 
     fn key_type(&self) -> raw::KeyType {
         // SAFETY: self.key is an open, non-null key of the running command's context.
-        unsafe { raw::RedisModule_KeyType.expect("API initialised")(self.key) }.into()
+        unsafe { api!(RedisModule_KeyType)(self.key) }.into()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -48,8 +48,7 @@ impl Key {
     fn holds<T>(&self, ty: &ModuleType<T>) -> bool {
         // SAFETY: self.key is an open key of this context; ModuleTypeGetType only reads it.
         self.key_type() == raw::KeyType::Module
-            && unsafe { raw::RedisModule_ModuleTypeGetType.expect("API initialised")(self.key) }
-                == *ty.raw.raw_type.borrow()
+            && unsafe { api!(RedisModule_ModuleTypeGetType)(self.key) } == *ty.raw.raw_type.borrow()
     }
 
     /// The value if the key holds `ty`; `None` if the key is empty; WRONGTYPE otherwise.
@@ -75,7 +74,7 @@ impl Key {
             return Err(Error::WrongType);
         }
         // SAFETY: the key is open and holds a module value.
-        Ok(Some(unsafe { raw::RedisModule_ModuleTypeGetValue.expect("API initialised")(self.key) }))
+        Ok(Some(unsafe { api!(RedisModule_ModuleTypeGetValue)(self.key) }))
     }
 
     /// Fails with WRONGTYPE unless the key is empty or holds `ty`.
@@ -92,9 +91,7 @@ impl Key {
         let ptr = ModuleType::into_value(value);
         // SAFETY: the key was opened for writing; on success Redis owns `ptr` and gives it back to the type's
         // free callback.
-        let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.expect("API initialised")(self.key, *ty.raw.raw_type.borrow(), ptr)
-        };
+        let status = unsafe { api!(RedisModule_ModuleTypeSetValue)(self.key, *ty.raw.raw_type.borrow(), ptr) };
         if status == raw::REDISMODULE_OK as i32 {
             Ok(())
         } else {
@@ -109,7 +106,7 @@ impl Drop for Key {
     fn drop(&mut self) {
         if !self.key.is_null() {
             // SAFETY: the key was opened by `open` on this context and is closed exactly once.
-            unsafe { raw::RedisModule_CloseKey.expect("API initialised")(self.key) };
+            unsafe { api!(RedisModule_CloseKey)(self.key) };
         }
         let _ = self.ctx;
     }

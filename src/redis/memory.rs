@@ -28,9 +28,9 @@ fn memory_info(ctx: *mut raw::RedisModuleCtx) -> Option<(u64, u64)> {
     // SAFETY: ctx is a live context on the main thread; the INFO data is read and freed here.
     unsafe {
         let (Some(get), Some(field), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldUnsigned,
-            raw::RedisModule_FreeServerInfo,
+            api_opt!(RedisModule_GetServerInfo),
+            api_opt!(RedisModule_ServerInfoGetFieldUnsigned),
+            api_opt!(RedisModule_FreeServerInfo),
         ) else {
             return None;
         };

@@ -1,7 +1,30 @@
 //! The Redis FFI layer: the only code that talks to `redis_module`. Everything it calls into is pure Rust.
 
+/// A function of the Redis module API, read from the table `RedisModule_Init` fills: the one accessor every raw
+/// call goes through. Calling it is still `unsafe` (FFI); reading the table is not a concern of the caller.
+macro_rules! api {
+    ($f:ident) => {{
+        // SAFETY: Init fills the API table once, before any command or callback runs, and it never changes
+        // afterwards; reading a function pointer from it is a plain load.
+        #[allow(unused_unsafe)]
+        let f = unsafe { redis_module::raw::$f };
+        f.expect(concat!(stringify!($f), " is not provided by this server"))
+    }};
+}
+
+/// A function of the module API that older servers may not provide (`None` there): as `api!`.
+macro_rules! api_opt {
+    ($f:ident) => {{
+        // SAFETY: as in `api!`.
+        #[allow(unused_unsafe)]
+        let f = unsafe { redis_module::raw::$f };
+        f
+    }};
+}
+
 pub mod acl;
 pub mod blocking;
+pub mod emit;
 pub mod handlers;
 pub mod info;
 pub mod io;

@@ -8,7 +8,6 @@ use redis_module::raw;
 use super::io::Io;
 use super::log_warning;
 use super::module_type::ModuleType;
-use super::strings::OwnedStrings;
 use super::types::{guard, type_methods};
 use crate::config::CONFIG;
 use crate::model::{BackendKind, Model};
@@ -37,7 +36,7 @@ unsafe fn model_ref<'a>(value: *const c_void) -> &'a Model {
 pub(super) fn key_name(rdb: *mut raw::RedisModuleIO) -> Vec<u8> {
     // SAFETY: rdb is the live IO of the load callback; the key name (if any) lives as long as it.
     unsafe {
-        let k = raw::RedisModule_GetKeyNameFromIO.map_or(std::ptr::null(), |f| f(rdb));
+        let k = api_opt!(RedisModule_GetKeyNameFromIO).map_or(std::ptr::null(), |f| f(rdb));
         if k.is_null() {
             return Vec::new();
         }
@@ -108,18 +107,8 @@ extern "C" fn model_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::Red
     let chunk = CONFIG.read().model_chunk_size;
     guard("AI__MODEL aof_rewrite", (), || {
         // SAFETY: see `model_ref`.
-        let mut words = OwnedStrings::new(&modelstore_words(unsafe { model_ref(value) }, chunk));
-        // SAFETY: the arguments match the format "sv" (string, vector+count); EmitAOF copies them.
-        unsafe {
-            raw::RedisModule_EmitAOF.expect("API initialised")(
-                aof,
-                c"AI.MODELSTORE".as_ptr(),
-                c"sv".as_ptr(),
-                key,
-                words.0.as_mut_ptr(),
-                words.0.len(),
-            );
-        }
+        let words = modelstore_words(unsafe { model_ref(value) }, chunk);
+        super::emit::aof(aof, c"AI.MODELSTORE", key, &words, None);
     })
 }
 

@@ -66,12 +66,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     }
 
     // SAFETY: ctx is the loading context; the option only changes how RDB read errors are reported.
-    unsafe {
-        raw::RedisModule_SetModuleOptions.expect("API initialised")(
-            ctx,
-            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int,
-        )
-    };
+    unsafe { api!(RedisModule_SetModuleOptions)(ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) };
 
     {
         let mut c = config::CONFIG.write();
@@ -98,7 +93,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         let (name_c, flags_c) = (CString::new(name).unwrap_or_default(), CString::new(cmd.flags).unwrap_or_default());
         // SAFETY: ctx is the loading context; both strings are NUL-terminated and copied by Redis.
         let status = unsafe {
-            raw::RedisModule_CreateCommand.expect("API initialised")(
+            api!(RedisModule_CreateCommand)(
                 ctx,
                 name_c.as_ptr() as *const c_char,
                 Some(cmd.entry),
@@ -130,7 +125,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 fn admin_categories(ctx: *mut raw::RedisModuleCtx) {
     // SAFETY: Init filled the API table; ctx is the loading context; the strings are NUL-terminated.
     let set = unsafe {
-        match (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandACLCategories) {
+        match (api_opt!(RedisModule_GetCommand), api_opt!(RedisModule_SetCommandACLCategories)) {
             (Some(get), Some(set)) => {
                 let cmd = get(ctx, c"ai.config".as_ptr());
                 !cmd.is_null() && set(cmd, c"admin dangerous".as_ptr()) == raw::REDISMODULE_OK as c_int

@@ -44,7 +44,7 @@ pub fn error(ctx: *mut raw::RedisModuleCtx, text: &str) {
     // SAFETY: ctx is the context of the command or reply callback being answered; `c` is NUL-terminated
     // and outlives the call (Redis copies it).
     unsafe {
-        if let Some(reply) = raw::RedisModule_ReplyWithError {
+        if let Some(reply) = api_opt!(RedisModule_ReplyWithError) {
             reply(ctx, c.as_ptr());
         }
     }

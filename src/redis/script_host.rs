@@ -36,12 +36,12 @@ fn locked<R>(caller: &Caller, f: impl FnOnce(*mut raw::RedisModuleCtx) -> R) -> 
     // SAFETY: a detached thread-safe context may be created, locked and freed from any thread; it is
     // unlocked and freed before returning.
     unsafe {
-        let ctx = raw::RedisModule_GetThreadSafeContext.expect("API initialised")(std::ptr::null_mut());
-        raw::RedisModule_ThreadSafeContextLock.expect("API initialised")(ctx);
-        raw::RedisModule_SelectDb.expect("API initialised")(ctx, caller.db);
+        let ctx = api!(RedisModule_GetThreadSafeContext)(std::ptr::null_mut());
+        api!(RedisModule_ThreadSafeContextLock)(ctx);
+        api!(RedisModule_SelectDb)(ctx, caller.db);
         let r = f(ctx);
-        raw::RedisModule_ThreadSafeContextUnlock.expect("API initialised")(ctx);
-        raw::RedisModule_FreeThreadSafeContext.expect("API initialised")(ctx);
+        api!(RedisModule_ThreadSafeContextUnlock)(ctx);
+        api!(RedisModule_FreeThreadSafeContext)(ctx);
         r
     }
 }
@@ -117,13 +117,8 @@ unsafe extern "C" fn redis_call(
             let flags = if caller.read_only { c"!vMW" } else { c"!vM" };
             // SAFETY: ctx is locked; argv (after the command name) are live strings; the reply is freed here.
             unsafe {
-                let r = raw::RedisModule_Call.expect("API initialised")(
-                    ctx,
-                    name.as_ptr(),
-                    flags.as_ptr(),
-                    argv.0[1..].as_ptr(),
-                    argv.0.len() - 1,
-                );
+                let r =
+                    api!(RedisModule_Call)(ctx, name.as_ptr(), flags.as_ptr(), argv.0[1..].as_ptr(), argv.0.len() - 1);
                 if r.is_null() {
                     out.extend_from_slice(format!("-{}\r\n", call_error()).as_bytes());
                 } else {
@@ -184,13 +179,7 @@ fn command_flags(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<CommandFl
     // SAFETY: ctx is locked by the caller; the strings live across the call; the reply is freed here. The reply
     // is [[name, arity, [flags...], first, last, step, categories, tips, key specs, [subcommands...]]].
     let flags = unsafe {
-        let r = raw::RedisModule_Call.expect("API initialised")(
-            ctx,
-            c"COMMAND".as_ptr(),
-            c"v".as_ptr(),
-            arg.0.as_ptr(),
-            arg.0.len(),
-        );
+        let r = api!(RedisModule_Call)(ctx, c"COMMAND".as_ptr(), c"v".as_ptr(), arg.0.as_ptr(), arg.0.len());
         if r.is_null() {
             return None;
         }

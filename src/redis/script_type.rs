@@ -9,7 +9,6 @@ use super::io::Io;
 use super::log_warning;
 use super::model_type::key_name;
 use super::module_type::ModuleType;
-use super::strings::OwnedStrings;
 use super::types::{guard, type_methods};
 use crate::rdb::{load_script, save_script, ENCVER};
 use crate::script::Script;
@@ -78,18 +77,7 @@ extern "C" fn script_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::Re
         };
         w.push(b"SOURCE".to_vec());
         w.push(s.source.clone().into_bytes());
-        let mut words = OwnedStrings::new(&w);
-        // SAFETY: the arguments match the format "sv" (string, vector+count); EmitAOF copies them.
-        unsafe {
-            raw::RedisModule_EmitAOF.expect("API initialised")(
-                aof,
-                cmd.as_ptr(),
-                c"sv".as_ptr(),
-                key,
-                words.0.as_mut_ptr(),
-                words.0.len(),
-            );
-        }
+        super::emit::aof(aof, cmd, key, &w, None);
     })
 }
 

@@ -15,11 +15,7 @@ impl OwnedStrings {
                     let b = b.as_ref();
                     // SAFETY: a NULL context makes a string we own; Redis copies the `b.len()` bytes.
                     unsafe {
-                        raw::RedisModule_CreateString.expect("API initialised")(
-                            std::ptr::null_mut(),
-                            b.as_ptr() as *const c_char,
-                            b.len(),
-                        )
+                        api!(RedisModule_CreateString)(std::ptr::null_mut(), b.as_ptr() as *const c_char, b.len())
                     }
                 })
                 .collect(),
@@ -30,7 +26,7 @@ impl OwnedStrings {
     pub fn retain(argv: &[*mut raw::RedisModuleString]) -> OwnedStrings {
         for &s in argv {
             // SAFETY: s is a live argv string; retaining adds a reference that Drop releases.
-            unsafe { raw::RedisModule_RetainString.expect("API initialised")(std::ptr::null_mut(), s) };
+            unsafe { api!(RedisModule_RetainString)(std::ptr::null_mut(), s) };
         }
         OwnedStrings(argv.to_vec())
     }
@@ -40,7 +36,7 @@ impl Drop for OwnedStrings {
     fn drop(&mut self) {
         for &s in &self.0 {
             // SAFETY: each string was created or retained with a NULL context by this value, once.
-            unsafe { raw::RedisModule_FreeString.expect("API initialised")(std::ptr::null_mut(), s) };
+            unsafe { api!(RedisModule_FreeString)(std::ptr::null_mut(), s) };
         }
     }
 }
@@ -78,7 +74,7 @@ impl AdoptedString {
     pub fn adopt(s: *mut raw::RedisModuleString) -> std::sync::Arc<dyn crate::tensor::ExternalBytes> {
         // SAFETY: s is a live argv string; retaining adds the reference that Drop releases. Its buffer stays
         // where it is while the reference is held.
-        unsafe { raw::RedisModule_RetainString.expect("API initialised")(std::ptr::null_mut(), s) };
+        unsafe { api!(RedisModule_RetainString)(std::ptr::null_mut(), s) };
         let mut len = 0usize;
         let ptr = raw::string_ptr_len(s, &mut len) as *const u8;
         std::sync::Arc::new(AdoptedString { s, ptr, len })
@@ -98,7 +94,7 @@ impl Drop for AdoptedString {
     /// tensor while it holds the GIL on another thread.)
     fn drop(&mut self) {
         // SAFETY: Init filled the API table once, before any command ran; it never changes afterwards.
-        let free = unsafe { raw::RedisModule_FreeString }.expect("API initialised");
+        let free = api!(RedisModule_FreeString);
         if MAIN_THREAD.get() == Some(&std::thread::current().id()) {
             // SAFETY: retained once in `adopt`, released once here, on the main thread.
             unsafe { free(std::ptr::null_mut(), self.s) };
@@ -107,11 +103,11 @@ impl Drop for AdoptedString {
         // SAFETY: a detached thread-safe context is locked (the GIL), used to release the string once, unlocked
         // and freed.
         unsafe {
-            let ctx = raw::RedisModule_GetThreadSafeContext.expect("API initialised")(std::ptr::null_mut());
-            raw::RedisModule_ThreadSafeContextLock.expect("API initialised")(ctx);
+            let ctx = api!(RedisModule_GetThreadSafeContext)(std::ptr::null_mut());
+            api!(RedisModule_ThreadSafeContextLock)(ctx);
             free(std::ptr::null_mut(), self.s);
-            raw::RedisModule_ThreadSafeContextUnlock.expect("API initialised")(ctx);
-            raw::RedisModule_FreeThreadSafeContext.expect("API initialised")(ctx);
+            api!(RedisModule_ThreadSafeContextUnlock)(ctx);
+            api!(RedisModule_FreeThreadSafeContext)(ctx);
         }
     }
 }

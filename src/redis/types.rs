@@ -1,6 +1,6 @@
 //! The module's Redis data types and their callbacks (RDB, AOF rewrite, MEMORY USAGE, COPY, free).
 
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -9,7 +9,6 @@ use redis_module::raw;
 use super::io::Io;
 use super::log_warning;
 use super::module_type::ModuleType;
-use super::strings::OwnedStrings;
 use crate::commands::tensor::tensorset_words;
 use crate::rdb::{load_tensor, save_tensor, ENCVER};
 use crate::tensor::Tensor;
@@ -93,22 +92,7 @@ extern "C" fn tensor_aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::Re
     guard("AI_TENSOR aof_rewrite", (), || {
         // SAFETY: see `tensor_ref`.
         let t = unsafe { tensor_ref(value) };
-        let mut words = OwnedStrings::new(&tensorset_words(t));
-        let data = t.data();
-        // SAFETY: the arguments match the format "svb" (string, vector+count, buffer+len); EmitAOF
-        // copies them before `words` is freed.
-        unsafe {
-            raw::RedisModule_EmitAOF.expect("API initialised")(
-                aof,
-                c"AI.TENSORSET".as_ptr(),
-                c"svb".as_ptr(),
-                key,
-                words.0.as_mut_ptr(),
-                words.0.len(),
-                data.as_ptr() as *const c_char,
-                data.len(),
-            );
-        }
+        super::emit::aof(aof, c"AI.TENSORSET", key, &tensorset_words(t), Some(t.data()));
     })
 }
 

@@ -35,7 +35,7 @@ impl Cmd<'_> {
     /// The client's selected database.
     fn db(&self) -> i32 {
         // SAFETY: ctx is the live context of this command (main thread).
-        unsafe { raw::RedisModule_GetSelectedDb.expect("API initialised")(self.ctx) }
+        unsafe { api!(RedisModule_GetSelectedDb)(self.ctx) }
     }
 }
 
@@ -83,19 +83,13 @@ pub fn run_command(
         let cmd = Cmd { ctx, raw: raw_args, args };
         if let Some(keys) = keys {
             // SAFETY: ctx is the live context of this call.
-            if unsafe { raw::RedisModule_IsKeysPositionRequest.expect("API initialised")(ctx) } != 0 {
+            if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
                 // A position past argv would make the server read past it (Valkey crashed on `AI.SCRIPTEXECUTE`
                 // alone): the position functions must not return one, and this filter makes sure.
                 for (pos, access) in keys(&cmd.args).into_iter().filter(|&(p, _)| p < cmd.args.len()) {
                     // SAFETY: as above; pos is within argv. Every command is registered with getkeys-api, so
                     // these flags (not a legacy full-access key spec) are what ACL selectors are checked against.
-                    unsafe {
-                        raw::RedisModule_KeyAtPosWithFlags.expect("API initialised")(
-                            ctx,
-                            pos as c_int,
-                            key_flags(access),
-                        )
-                    };
+                    unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx, pos as c_int, key_flags(access)) };
                 }
                 return;
             }

@@ -1,7 +1,6 @@
 //! Writing computed tensors to the keyspace at reply time, and replicating them as AI.TENSORSET … BLOB
 //! (replicas and the AOF get the data, never a re-run of the model).
 
-use std::os::raw::c_char;
 use std::sync::Arc;
 
 use redis_module::raw;
@@ -26,23 +25,7 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(Vec<u8>, Arc<Ten
 }
 
 fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
-    let mut words = OwnedStrings::new(&tensorset_words(t));
-    let data = t.data();
-    // SAFETY: ctx is the main-thread reply context; the arguments match the format "bvb"
-    // (buffer+len, vector+count, buffer+len) and Redis copies them before `words` drops.
-    unsafe {
-        raw::RedisModule_Replicate.expect("API initialised")(
-            ctx,
-            c"AI.TENSORSET".as_ptr(),
-            c"bvb".as_ptr(),
-            key.as_ptr() as *const c_char,
-            key.len(),
-            words.0.as_mut_ptr(),
-            words.0.len(),
-            data.as_ptr() as *const c_char,
-            data.len(),
-        );
-    }
+    crate::redis::emit::replicate(ctx, c"AI.TENSORSET", key, &tensorset_words(t), Some(t.data()));
 }
 
 /// Replicates a command as the client sent it, from a completion (where the client's argv is gone).
@@ -55,13 +38,7 @@ pub fn replicate_argv(ctx: *mut raw::RedisModuleCtx, argv: &mut OwnedStrings) ->
         .map_err(|_| Error::Generic("bad command name".into()))?;
     // SAFETY: ctx is the main-thread reply context; format "v" takes a vector and its length.
     unsafe {
-        raw::RedisModule_Replicate.expect("API initialised")(
-            ctx,
-            cmd.as_ptr(),
-            c"v".as_ptr(),
-            rest.as_mut_ptr(),
-            rest.len(),
-        );
+        api!(RedisModule_Replicate)(ctx, cmd.as_ptr(), c"v".as_ptr(), rest.as_mut_ptr(), rest.len());
     }
     Ok(())
 }
