@@ -327,10 +327,10 @@ def bench_blob(runs, mb=16):
 
 def fraud_graph(seed=3):
     """RedisAI's benchmark shape: concat(transaction [1,30], reference [1,256]) -> dense 286x128 relu -> dense
-    128x64 relu -> dense 64x2 -> softmax, as a hand-encoded GraphDef (tests/flow/tf_graphs.py)."""
+    128x64 relu -> dense 64x2 -> softmax, as a hand-encoded GraphDef (tests/flow/helpers/tf_graphs.py)."""
     import numpy as np
     sys.path.insert(0, os.path.join(ROOT, "tests", "flow"))
-    from tf_graphs import DT_FLOAT, DT_INT32, a_bool, a_int, a_tensor, a_type, graph_def, node_def, placeholder
+    from helpers.tf_graphs import DT_FLOAT, DT_INT32, a_bool, a_int, a_tensor, a_type, graph_def, node_def, placeholder
 
     rng = np.random.default_rng(seed)
     f = ("T", a_type(DT_FLOAT))

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import DATA, MODULE, ROOT, Server  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "flow"))
-from onnx_models import loop_model  # noqa: E402
+from helpers.onnx_models import loop_model  # noqa: E402
 
 TARGET_P99_MS = 5.0
 

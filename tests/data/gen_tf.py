@@ -3,7 +3,7 @@
     python3 tests/data/gen_tf.py
 
 TensorFlow itself is not needed: the few GraphDef messages are encoded by hand with the encoders the flow tests
-use (tests/flow/tf_graphs.py). Weights come from `weights.py`.
+use (tests/flow/helpers/tf_graphs.py). Weights come from `weights.py`.
 """
 import os
 import sys
@@ -11,8 +11,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flow"))
 import weights  # noqa: E402
-# The GraphDef encoders are shared with the flow tests.
-from tf_graphs import DT_FLOAT, DT_INT32, DT_STRING, a_bool, a_tensor, a_type, graph_def, node_def, placeholder  # noqa: E402,E501
+# The GraphDef encoders are shared with the flow tests (the package tests/flow/helpers).
+from helpers.tf_graphs import (DT_FLOAT, DT_INT32, DT_STRING, a_bool, a_tensor, a_type, graph_def,  # noqa: E402
+                               node_def, placeholder)
 
 attr_type, attr_bool = a_type, a_bool
 

@@ -25,11 +25,13 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, TF_LIB, RespError, wait_for
-from onnx_models import (RawClient, Request, ai_info, blocked_names, get_tensor, make_model, mexec, proc_cpu_seconds,
-                         set_tensor, store, weights)
+from helpers.checks import wait_for
+from helpers.data import DATA_DIR, weights
+from helpers.onnx_models import (Request, ai_info, blocked_names, get_tensor, make_model, mexec, proc_cpu_seconds,
+                                 set_tensor, store)
+from helpers.resp import RawClient, RespError
+from helpers.server import TF_LIB
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
 E_BATCH = "ERR Model did not generate the expected batch size"
 ORT_BAD_TYPE = "Unexpected input data type"
 HEAVY_ROWS = 2048

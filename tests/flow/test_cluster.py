@@ -12,7 +12,6 @@ import random
 import shutil
 import socket
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,13 +19,11 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from conftest import REPO_ROOT, RespError, SERVER_BIN, wait_for
+from helpers.checks import wait_for
+from helpers.data import DATA_DIR, weights
+from helpers.resp import RespError
+from helpers.server import SERVER_BIN
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
-if str(DATA_DIR) not in sys.path:
-    sys.path.insert(0, str(DATA_DIR))
-
-import weights  # noqa: E402
 
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 

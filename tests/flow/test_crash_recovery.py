@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import RespError, wait_for
-from onnx_models import blob, get_tensor, set_tensor, store
-from recorded import RECORDED, need_case, payload_body, recorded_create
-from torch_helpers import entry, pt_blob, pt_store, script_set, script_store
+from helpers.checks import wait_for
+from helpers.onnx_models import blob, get_tensor, set_tensor, store
+from helpers.recorded import RECORDED, need_case, payload_body, recorded_create
+from helpers.resp import RespError
+from helpers.torch_models import entry, pt_blob, pt_store, script_set, script_store
 # helpers of other test files, reused rather than copied
 from test_model_persistence import recorded_model_function
 from test_restore import assert_reply, crc64, rdb_len
@@ -352,7 +353,7 @@ def ro_results(con):
     for k, r in out.items():
         assert all(not isinstance(e, redis.exceptions.ResponseError) for e in r), (k, r)
     # sanity: what the models compute (the linear ones share the weights of tests/data/weights.py)
-    from onnx_models import weights
+    from helpers.data import weights
     for k in ("m:onnx", "m:tf", "m:torch"):
         y = np.frombuffer(out[k][1][5], dtype=np.float32).reshape(out[k][1][3])
         np.testing.assert_allclose(y, weights.linear(X), rtol=1e-5, atol=1e-6)

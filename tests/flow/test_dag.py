@@ -8,7 +8,6 @@ Scripts are not implemented yet: only the `script key is empty` error of a scrip
 """
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,14 +16,10 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import REPO_ROOT, RespError, _encode_command, check_error, wait_for
-from onnx_models import RawClient
+from helpers.checks import check_error, wait_for
+from helpers.data import DATA_DIR, weights
+from helpers.resp import RawClient, RespError, encode_command
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
-if str(DATA_DIR) not in sys.path:
-    sys.path.insert(0, str(DATA_DIR))
-
-import weights  # noqa: E402  (tests/data/weights.py)
 
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 # Model tests need ONNX Runtime: the module finds it through REDISAI_ONNX_LIB or the path compiled in by
@@ -765,9 +760,9 @@ def test_dag_persist_replication(make_server, make_replica):
     # ... as `AI.TENSORSET <key> <TYPE> <dims> BLOB <data>` (the same stream goes to the AOF)
     aof = b"".join(p.read_bytes() for p in sorted((master.dir / "appendonlydir").glob("*.incr.aof")))
     assert b"AI.DAGEXECUTE" not in aof.upper() and b"AI.DAGRUN" not in aof.upper()
-    expected = _encode_command(["AI.TENSORSET", "p", "FLOAT", 2, 3, "BLOB", (y + 1).astype(np.float32).tobytes()])
+    expected = encode_command(["AI.TENSORSET", "p", "FLOAT", 2, 3, "BLOB", (y + 1).astype(np.float32).tobytes()])
     assert expected in aof
-    expected = _encode_command(["AI.TENSORSET", "set", "INT32", 2, "BLOB", np.array([1, 2], np.int32).tobytes()])
+    expected = encode_command(["AI.TENSORSET", "set", "INT32", 2, "BLOB", np.array([1, 2], np.int32).tobytes()])
     assert expected in aof
     # a failed DAG replicates nothing
     before = replica.info("commandstats")["cmdstat_ai.tensorset"]

@@ -11,20 +11,15 @@ Environment: STRESS_CLIENTS (default 20), STRESS_DAGS per client (default 500), 
 import os
 import random
 import socket
-import sys
 import threading
 import time
 
 import numpy as np
 import redis
 
-from conftest import REPO_ROOT, _encode_command
+from helpers.data import DATA_DIR, weights
+from helpers.resp import encode_command
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
-if str(DATA_DIR) not in sys.path:
-    sys.path.insert(0, str(DATA_DIR))
-
-import weights  # noqa: E402
 
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 
@@ -340,7 +335,7 @@ class Stats:
 
 
 def disconnect_mid_command(port, argv, rng):
-    data = _encode_command(argv)
+    data = encode_command(argv)
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
         if rng.random() < 0.3:

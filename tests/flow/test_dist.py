@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnx_models import blob, get_tensor, set_tensor
+from helpers.onnx_models import blob, get_tensor, set_tensor
 
 DIST = os.environ.get("REDISAI_DIST")
 DATA = Path(__file__).resolve().parent.parent / "data"

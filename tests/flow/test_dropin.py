@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import redis
 
-from onnx_models import blob, get_tensor, modules_sections, set_tensor
+from helpers.onnx_models import blob, get_tensor, modules_sections, set_tensor
 from test_restore import buf, crc64, u
 
 TYPE_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -96,7 +96,7 @@ def test_module_finds_its_own_directory(shared_server, con):
     """The default BACKENDSPATH is <module dir>/backends on every server (Redis 8.2 reported it empty, and
     TORCH then had no library path)."""
     import os
-    from conftest import MODULE_PATH
+    from helpers.server import MODULE_PATH
     expected = os.path.join(os.path.dirname(os.path.realpath(MODULE_PATH)), "backends")
     assert con.execute_command("AI.CONFIG", "GET", "BACKENDSPATH") == expected.encode()
     con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE",

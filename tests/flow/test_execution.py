@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import (MODULE_PATH, SERVER_BIN, RespError, _free_port, check_error, check_error_raw, module_names,
-                      raw_command, wait_for)
-from onnx_models import (FLOAT_FMT, NOT_IN_TXN, ONNX_LIB, RawClient, ai_info, big_model, blob, get_tensor,
-                         model_execute, modules_info, modules_sections, proc_cpu_seconds, set_tensor, store,
-                         wait_until, weights)
+from helpers.checks import NOT_IN_TXN, check_error, check_error_raw, module_names, wait_for
+from helpers.data import weights
+from helpers.onnx_models import (FLOAT_FMT, ai_info, big_model, blob, get_tensor, model_execute, modules_info,
+                                 modules_sections, proc_cpu_seconds, set_tensor, store)
+from helpers.resp import RawClient, RespError, raw_command
+from helpers.server import MODULE_PATH, ONNX_LIB, SERVER_BIN, free_port
 
 BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
 # RedisAI's five sections in its order, then this module's own (its version and the backend memory bound).
@@ -441,8 +442,9 @@ def test_info_onnx_memory_counters(server):
     held = int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
     assert held - before >= 256 * 256 * 4, (before, held)
     con.delete("big")
-    wait_until(lambda: int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
-               < held - 256 * 256 * 4)
+    # best effort, not asserted (as before): the counter has not been seen to drop within the 10 s
+    wait_for(lambda: int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
+             < held - 256 * 256 * 4, required=False)
 
 
 @pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "1")
@@ -688,7 +690,7 @@ def test_module_load_validates_threads_per_queue(make_server):
 
 @pytest.mark.parametrize("value", ["0", "1000"])
 def test_server_refuses_to_start_with_bad_threads_per_queue(tmp_path, value):
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "redis.log"
     argv = [SERVER_BIN, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
             "--logfile", str(log), "--loadmodule", MODULE_PATH, *onnx_args(), "THREADS_PER_QUEUE", value]

@@ -21,11 +21,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import MODULE_PATH, REPO_ROOT, SERVER_BIN, check_error_raw, raw_command
-from onnx_models import blob, get_tensor, model_execute, modules_sections, set_tensor, store
-from torch_helpers import entry, pt_blob, pt_store
+from helpers.checks import check_error_raw
+from helpers.data import DATA_DIR
+from helpers.onnx_models import blob, get_tensor, model_execute, modules_sections, set_tensor, store
+from helpers.resp import raw_command
+from helpers.server import MODULE_PATH, REPO_ROOT, SERVER_BIN
+from helpers.torch_models import entry, pt_blob, pt_store
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
 
 GPU_DEVICES = ["GPU", "GPU:0", "GPU:1", "gpu:1"]
 

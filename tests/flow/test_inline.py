@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import redis
 
-from onnx_models import blob, get_tensor, loop_model, modules_info, set_tensor
+from helpers.onnx_models import blob, get_tensor, loop_model, modules_info, set_tensor
 
 
 def runs(server):

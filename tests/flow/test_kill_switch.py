@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import MODULE_PATH, ONNX_LIB, RespError, wait_for, module_names
-from onnx_models import Request, ai_info, blocked_names, get_tensor, mexec, modules_info, set_tensor, store, weights
+from helpers.checks import module_names, wait_for
+from helpers.data import weights
+from helpers.onnx_models import Request, ai_info, blocked_names, get_tensor, mexec, modules_info, set_tensor, store
+from helpers.resp import RespError
+from helpers.server import MODULE_PATH, ONNX_LIB
 
 TERMINATED = "Exiting due to terminate flag being set to true"
 

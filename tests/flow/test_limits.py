@@ -25,9 +25,11 @@ alone or as DAG ops, is also checked against maxmemory by the module with what i
 import numpy as np
 import pytest
 
-from conftest import MODULE_PATH, RespError, check_error_raw, raw_command, module_names
-from onnx_models import RawClient, blob, get_tensor, set_tensor, store
-from torch_helpers import entry, script_set, script_store
+from helpers.checks import check_error_raw, module_names
+from helpers.onnx_models import blob, get_tensor, set_tensor, store
+from helpers.resp import RawClient, RespError, raw_command
+from helpers.server import MODULE_PATH
+from helpers.torch_models import entry, script_set, script_store
 
 TOO_LARGE = "ERR tensor size exceeds the limit of 4294967296 bytes"
 BAD_SHAPE = "ERR invalid or negative value found in tensor shape"

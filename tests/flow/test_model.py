@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import RespError, check_error, check_error_raw, raw_command
-from onnx_models import (WRONGTYPE, RawClient, ai_info, blob, get_tensor, model_execute, set_tensor, store,
-                         weights, wide_model)
+from helpers.checks import WRONGTYPE, check_error, check_error_raw
+from helpers.data import weights
+from helpers.onnx_models import ai_info, blob, get_tensor, model_execute, set_tensor, store, wide_model
+from helpers.resp import RawClient, RespError, raw_command
 
 
 def arity(cmd):

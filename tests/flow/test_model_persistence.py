@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import MODULE_PATH, wait_for
-from onnx_models import ai_info, blob, get_tensor, model_execute, modules_info, set_tensor, store, weights
-from aof import aof_commands, aof_files, bgrewriteaof
-from recorded import need_case, payload_body, recorded_reply
+from helpers.aof import aof_commands, aof_files, bgrewriteaof
+from helpers.checks import wait_for, wait_replicas
+from helpers.data import weights
+from helpers.onnx_models import ai_info, blob, get_tensor, model_execute, modules_info, set_tensor, store
+from helpers.recorded import need_case, payload_body, recorded_reply
+from helpers.server import MODULE_PATH
 
 BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
 
@@ -237,10 +239,6 @@ def test_aof_command_stream(server):
 
 # -------------------------------------------------------------------------------------------------
 # replication
-
-
-def wait_replicas(con, n=1):
-    assert con.execute_command("WAIT", n, 10000) == n
 
 
 def test_replication(make_server, make_replica):

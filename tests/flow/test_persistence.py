@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import RespError, raw_command, wait_for
-from aof import parse_resp_commands
+from helpers.aof import parse_resp_commands
+from helpers.checks import wait_for
+from helpers.resp import RespError, raw_command
 
 ELEM_SIZE = {"FLOAT": 4, "DOUBLE": 8, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8, "UINT8": 1, "UINT16": 2,
              "BOOL": 1}

@@ -6,7 +6,8 @@ model stored before the fuzz still computes right. PROTOFUZZ_SEED (default fixed
 import os
 import sys
 
-from conftest import REPO_ROOT, raw_command
+from helpers.resp import raw_command
+from helpers.server import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "reliability"))
 

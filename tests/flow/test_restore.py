@@ -14,7 +14,7 @@ import struct
 import pytest
 import redis
 
-from recorded import DUMPS_PATH, payload_body
+from helpers.recorded import DUMPS_PATH, payload_body
 
 BAD_DATA = "Bad data format"
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import wait_for
-from onnx_models import blob, get_tensor, set_tensor
+from helpers.checks import wait_for
+from helpers.onnx_models import blob, get_tensor, set_tensor
 
 SOURCE = '''
 def redis_string_int_to_tensor(redis_value: Any):

@@ -29,12 +29,13 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import RespError, _encode_command, _RespReader, check_error, check_error_raw, raw_command
-from onnx_models import ai_info, get_tensor, set_tensor, store, weights
-from torch_helpers import (WRONGTYPE, entry, pt_store, script_execute, script_set, script_store,
-                           scriptexecute_args, wait_replicas)
-from recorded import need_case, payload_body, recorded_create, recorded_reply
-from aof import aof_commands, bgrewriteaof
+from helpers.aof import aof_commands, bgrewriteaof
+from helpers.checks import WRONGTYPE, check_error, check_error_raw, wait_replicas
+from helpers.data import weights
+from helpers.onnx_models import ai_info, get_tensor, set_tensor, store
+from helpers.recorded import need_case, payload_body, recorded_create, recorded_reply
+from helpers.resp import RespError, RespReader, encode_command, raw_command
+from helpers.torch_models import entry, pt_store, script_execute, script_set, script_store, scriptexecute_args
 
 # the main test script: entry points with RedisAI's signature
 MAIN_FNS = ["bar", "scale", "pair", "swap", "counts", "keylens", "argsum", "int_fn", "make"]
@@ -477,7 +478,7 @@ def test_scriptexecute_concurrent_clients(server):
 
 def _send(port, *args):
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-    sock.sendall(_encode_command(args))
+    sock.sendall(encode_command(args))
     return sock
 
 
@@ -505,10 +506,10 @@ def test_scriptexecute_timeout_while_queue_busy(server):
                              "TIMEOUT", 100))
         waiting.append(_send(server.port, "AI.DAGEXECUTE", "LOAD", 1, "a", "PERSIST", 1, "e", "TIMEOUT", 100,
                              "|>", *scriptexecute_args("ll", "long_func", inputs=["a"], args=["1"], outputs=["e"])))
-        replies = [_RespReader(w).reply() for w in waiting]
+        replies = [RespReader(w).reply() for w in waiting]
         assert replies == ["TIMEDOUT"] * 3, replies
         # the busy run finishes normally
-        reply = _RespReader(busy).reply()
+        reply = RespReader(busy).reply()
         assert reply == "OK", reply
     finally:
         for sock in [busy] + waiting:

@@ -10,8 +10,8 @@ import pytest
 import redis
 from onnx import TensorProto, helper
 
-from conftest import server_flavor
-from onnx_models import blob, get_tensor, make_model, set_tensor
+from helpers.onnx_models import blob, get_tensor, make_model, set_tensor
+from helpers.server import server_flavor
 
 APP = ("app", "pw")
 # The user of the report: every command but admin/dangerous ones, keys app:* only.

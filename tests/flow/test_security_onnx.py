@@ -27,12 +27,12 @@ import pytest
 import redis
 from onnx import TensorProto, helper
 
-from conftest import REPO_ROOT, check_error, check_error_raw
-from onnx_models import blob, get_tensor, model_execute, set_tensor, store
-from aof import aof_commands, bgrewriteaof
+from helpers.aof import aof_commands, bgrewriteaof
+from helpers.checks import check_error, check_error_raw
+from helpers.data import DATA_DIR as DATA
+from helpers.onnx_models import blob, get_tensor, model_execute, set_tensor, store
 from test_dropin import model_payload
 
-DATA = REPO_ROOT / "tests" / "data"
 EXTERNAL = "Initializer tensors with external data is not allowed."
 SECRET = b"redisai-rs admission test: TOP SECRET 4242"
 N = len(SECRET)

@@ -2,7 +2,7 @@
 input. Each test stores a graph that, in TensorFlow itself, reads or writes the server's files, runs Python,
 talks to the network or kills the process, and asserts that it is refused with an error naming the op and the
 node, that nothing is stored, read or written, and that Redis keeps serving. The graphs are hand-encoded
-(tests/flow/tf_graphs.py); the file read, file write, hidden-function and nested-function graphs return the
+(tests/flow/helpers/tf_graphs.py); the file read, file write, hidden-function and nested-function graphs return the
 file's bytes or write the file when run by TensorFlow directly.
 
 Also: the RESTORE route (the model is kept, running it replies the refusal), AI.MODELSET, library functions that
@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import REPO_ROOT, check_error
-from onnx_models import get_tensor, set_tensor
+from helpers.checks import check_error
+from helpers.data import DATA_DIR
+from helpers.onnx_models import get_tensor, set_tensor
+from helpers.server import REPO_ROOT
+from helpers.tf_graphs import (DT_BOOL, DT_FLOAT, DT_INT32, DT_INT64, DT_STRING, a_bool, a_func, a_funcs, a_shape,
+                               a_str, a_strs, a_tensor, a_type, a_types, const_float, const_str, function_def,
+                               graph_def, node_def, placeholder)
 from test_dropin import model_payload
-from tf_graphs import (DT_BOOL, DT_FLOAT, DT_INT32, DT_INT64, DT_STRING, a_bool, a_func, a_funcs, a_shape, a_str,
-                       a_strs, a_tensor, a_type, a_types, const_float, const_str, function_def, graph_def, node_def,
-                       placeholder)
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
 TF_CODE = 0  # the TF backend's code in RDB payloads
 
 

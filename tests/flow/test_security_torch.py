@@ -35,9 +35,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from onnx_models import Request, get_tensor, set_tensor
+from helpers.onnx_models import Request, get_tensor, set_tensor
+from helpers.torch_models import entry, pt_blob, scriptexecute_args
 from test_dropin import model_payload
-from torch_helpers import entry, pt_blob, scriptexecute_args
 
 TORCH = 2  # backend code in RDB payloads
 SECRET = b"redisai-rs torch sandbox: TOP SECRET 4242"

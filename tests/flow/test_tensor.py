@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import check_error, check_error_raw, raw_command
+from helpers.checks import check_error, check_error_raw
+from helpers.resp import raw_command
 
 NUMERIC = {
     "FLOAT": np.float32,

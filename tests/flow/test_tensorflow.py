@@ -7,7 +7,7 @@
   tf_add_int32.pb    a, b -> c = a + b            INT32
 
 The module is loaded with `TF <path>` (REDISAI_TF_LIB, the libtensorflow_cc.so.2 of the tensorflow-cpu 2.21.0
-wheel) and `ONNX <path>` (REDISAI_ONNX_LIB) by conftest. Outputs are checked against numpy; the `m:tf` graph
+wheel) and `ONNX <path>` (REDISAI_ONNX_LIB) by helpers/server.py. Outputs are checked against numpy; the `m:tf` graph
 recorded from RedisAI (tests/data/redisai-dumps.json) is decoded here with a small protobuf reader and
 evaluated in numpy, so that its MODELEXECUTE output is checked against what the graph says it computes.
 
@@ -20,13 +20,15 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import MODULE_PATH, ONNX_LIB, REPO_ROOT, RespError, check_error_raw, raw_command, wait_for
-from onnx_models import (ai_info, blob, concurrent_executes, get_tensor, model_execute, modules_sections, set_tensor,
-                         store, weights)
-from aof import aof_commands, bgrewriteaof
-from recorded import DUMPS_PATH, recorded_reply
+from helpers.aof import aof_commands, bgrewriteaof
+from helpers.checks import check_error_raw, wait_for
+from helpers.data import DATA_DIR, weights
+from helpers.onnx_models import (ai_info, blob, concurrent_executes, get_tensor, model_execute, modules_sections,
+                                 set_tensor, store)
+from helpers.recorded import DUMPS_PATH, recorded_reply
+from helpers.resp import RespError, raw_command
+from helpers.server import MODULE_PATH, ONNX_LIB
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
 TF_VERSION = "2.21.0"
 BOGUS_TF = "/nonexistent/libtensorflow_cc.so.2"
 
@@ -505,8 +507,6 @@ def check_models(con, before):
     set_tensor(con, "ci", i)
     assert model_execute(con, "tf:int", ["ci", "ci"], ["co"]) == b"OK"
     np.testing.assert_array_equal(get_tensor(con, "co"), i + i)
-
-
 
 
 @pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")

@@ -1,5 +1,5 @@
 """The TFLITE backend: TensorFlow Lite flatbuffers run by LiteRT's C API (libLiteRt.so of the PyPI
-ai-edge-litert 2.3.0 wheel; REDISAI_TFLITE_LIB, passed as `TFLITE <path>` by conftest), with the tiny models of
+ai-edge-litert 2.3.0 wheel; REDISAI_TFLITE_LIB, passed as `TFLITE <path>` by helpers/server.py), with the tiny models of
 tests/data (tests/data/gen_tflite.py):
 
   tflite_sub_mul.tflite  a, b: FLOAT [N, 2] -> diff = a - b, prod = a * b
@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 import redis
 
-from aof import aof_commands, bgrewriteaof
-from conftest import MODULE_PATH, REPO_ROOT, check_error, check_error_raw
-from onnx_models import ai_info, get_tensor, model_execute, modules_sections, set_tensor, store
+from helpers.aof import aof_commands, bgrewriteaof
+from helpers.checks import check_error, check_error_raw
+from helpers.data import DATA_DIR
+from helpers.onnx_models import ai_info, get_tensor, model_execute, modules_sections, set_tensor, store
+from helpers.server import MODULE_PATH
 
-DATA_DIR = REPO_ROOT / "tests" / "data"
 LITERT_VERSION = "2.3.0"
 BOGUS = "/nonexistent/libLiteRt.so"
 

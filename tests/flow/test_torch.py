@@ -2,9 +2,9 @@
 §1.15, §3.3 (INTRA_OP_PARALLELISM), §3.5 (INFO MODULES), §3.6-3.8 (RDB, AOF rewrite, replication) and the
 `m:torch` case recorded from RedisAI 1.2.7 (a model saved by torch 1.13 that computes a + b).
 
-The committed models are described in tests/flow/torch_helpers.py (tests/data/gen_torch.cpp). Outputs are
+The committed models are described in tests/flow/helpers/torch_models.py (tests/data/gen_torch.cpp). Outputs are
 checked against numpy. The backend library is opened at first use from the module's own directory (no
-load-time `TORCH <path>` argument in conftest), or from `TORCH <path>` (test_without_torch_library).
+load-time `TORCH <path>` argument in helpers/server.py), or from `TORCH <path>` (test_without_torch_library).
 Not implemented yet and not tested: the TorchScript extensions `redis.execute`, `redis.asList`,
 `redisAI.model_execute`.
 """
@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import redis
 
-from conftest import check_error_raw, raw_command
-from onnx_models import (DATA_DIR, ai_info, concurrent_executes, get_tensor, model_execute, modules_sections,
-                         set_tensor, store, weights)
-from torch_helpers import (TORCH_MODELS, TORCH_VERSION, WRONGTYPE, pt_blob, pt_store, slow_reference, torch_meta,
-                           wait_replicas)
-from recorded import need_case, payload_body, recorded_create, recorded_reply
-from aof import aof_commands, aof_files, bgrewriteaof
+from helpers.aof import aof_commands, aof_files, bgrewriteaof
+from helpers.checks import WRONGTYPE, check_error_raw, wait_replicas
+from helpers.data import DATA_DIR, weights
+from helpers.onnx_models import (ai_info, concurrent_executes, get_tensor, model_execute, modules_sections, set_tensor,
+                                 store)
+from helpers.recorded import need_case, payload_body, recorded_create, recorded_reply
+from helpers.resp import raw_command
+from helpers.torch_models import TORCH_MODELS, TORCH_VERSION, pt_blob, pt_store, slow_reference, torch_meta
 
 BOGUS_TORCH = "/nonexistent/libredisai_torch.so"
 E_IN_COUNT = "Number of keys given as INPUTS here does not match model definition"

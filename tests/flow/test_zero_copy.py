@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from onnx_models import blob, get_tensor, set_tensor
+from helpers.onnx_models import blob, get_tensor, set_tensor
 
 BIG = 1 << 20  # floats: 4 MiB, past the adoption threshold (64 KiB) and the lazy-free one (1 MiB)
 

@@ -1,8 +1,9 @@
 """What the reliability scripts (protocol_fuzz.py, soak.py, leakcheck.py) share: the flow-test harness of
-tests/flow/conftest.py used outside pytest, and the end-of-run health checks (alive, crash-free log, memory).
+tests/flow/helpers used outside pytest, and the end-of-run health checks (alive, crash-free log, memory).
 
-Everything about starting servers, RESP and the test models lives in tests/flow (conftest.py, onnx_models.py,
-torch_helpers.py, test_dag_stress.py); this file only adapts it to standalone scripts."""
+Everything about starting servers, RESP and the test models lives in tests/flow (the helpers package:
+server.py, resp.py, onnx_models.py, torch_models.py; and test_dag_stress.py); this file only adapts it to
+standalone scripts, which put tests/flow on sys.path here."""
 
 import re
 import socket
@@ -15,12 +16,12 @@ FLOW_DIR = Path(__file__).resolve().parent.parent / "flow"
 if str(FLOW_DIR) not in sys.path:
     sys.path.insert(0, str(FLOW_DIR))
 
-import pytest  # noqa: E402  (conftest reports start failures through pytest.fail)
+import pytest  # noqa: E402  (helpers.server reports start failures through pytest.fail)
 import redis  # noqa: E402
 
-import conftest  # noqa: E402
-from conftest import RedisServer, RespError, _RespReader, raw_command  # noqa: E402,F401
-from onnx_models import RawClient  # noqa: E402
+from helpers import server as flow_server  # noqa: E402  (its environment: SERVER_BIN, MODULE_PATH, ONNX_LIB, ...)
+from helpers.resp import RawClient, RespError, RespReader, raw_command  # noqa: E402,F401
+from helpers.server import RedisServer  # noqa: E402
 
 # Lines of a server log that mean the process crashed or the module panicked (a panic is caught and turned
 # into an error reply, but it is still a bug).
@@ -35,8 +36,8 @@ class ProtocolViolation(Exception):
 _INT = re.compile(rb"-?(0|[1-9][0-9]*)\Z")
 
 
-class StrictReader(_RespReader):
-    """conftest's reader (errors as RespError, status as str), refusing anything a RESP2 server may not send."""
+class StrictReader(RespReader):
+    """helpers.resp's reader (errors as RespError, status as str), refusing anything a RESP2 server may not send."""
 
     def line(self):
         line = super().line()
@@ -99,7 +100,7 @@ def errors_in(reply):
 
 def as_redis_py(reply):
     """A reply as redis-py (RESP2) gives it: statuses as bytes, errors as ResponseError without `ERR `, so that
-    the flow tests' checkers (test_dag_stress.Dag.check_reply, onnx_models.get_tensor) take it."""
+    the flow tests' checkers (test_dag_stress.Dag.check_reply, helpers.onnx_models.get_tensor) take it."""
     if isinstance(reply, RespError):
         return redis.exceptions.ResponseError(reply[4:] if reply.startswith("ERR ") else str(reply))
     if isinstance(reply, str):
@@ -144,7 +145,7 @@ def start_server(name, server_args=(), module_args=(), server_class=RedisServer)
     srv = server_class(workdir, server_args=server_args, module_args=module_args, name=name)
     try:
         srv.start()
-    except pytest.fail.Exception as e:  # conftest's way of saying the server did not come up
+    except pytest.fail.Exception as e:  # helpers.server's way of saying the server did not come up
         raise HarnessError(str(e)) from None
     return srv
 
@@ -239,8 +240,8 @@ def mib(n):
 
 
 def env_summary():
-    return (f"server {conftest.SERVER_BIN}, module {conftest.MODULE_PATH}, ONNX {conftest.ONNX_LIB or '(default)'}, "
-            f"TF {conftest.TF_LIB or '(default)'}")
+    return (f"server {flow_server.SERVER_BIN}, module {flow_server.MODULE_PATH}, "
+            f"ONNX {flow_server.ONNX_LIB or '(default)'}, TF {flow_server.TF_LIB or '(default)'}")
 
 
 def fail_exit(problems, what):

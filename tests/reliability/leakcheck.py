@@ -36,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (HarnessError, RedisServer, RespError, env_summary, fail_exit, health_problems,  # noqa: E402
                      start_server)
 
-import conftest  # noqa: E402
 import numpy as np  # noqa: E402
 import redis  # noqa: E402
 
-from onnx_models import RawClient, get_tensor, mexec, store  # noqa: E402
+from helpers import server as flow_server  # noqa: E402  (RedisServer reads its settings from there)
+from helpers.onnx_models import get_tensor, mexec, store  # noqa: E402
+from helpers.resp import RawClient, raw_command  # noqa: E402
 from soak import Client, Stats  # noqa: E402
 from test_dag_stress import SHARED, close, disconnect_mid_command, store_models, weights  # noqa: E402
 
@@ -50,7 +51,7 @@ KILL_SWITCH_MS = 2000  # MODEL_EXECUTION_TIMEOUT: how long a run of loop_forever
 
 
 class ValgrindServer(RedisServer):
-    """conftest's server, run under valgrind; the report goes to valgrind.log in its directory."""
+    """helpers.server's RedisServer, run under valgrind; the report goes to valgrind.log in its directory."""
 
     extra = []  # more valgrind options (--valgrind-opt)
 
@@ -84,7 +85,7 @@ def tensors(con, port):
 
 
 def raw(port, *cmd):
-    return conftest.raw_command(port, *cmd, timeout=300)
+    return raw_command(port, *cmd, timeout=300)
 
 
 def in_flight(port, *cmd):
@@ -214,8 +215,8 @@ def main():
     ValgrindServer.extra = args.valgrind_opt
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     # ONNX and tensors only: TensorFlow, LiteRT and libtorch are far too slow under valgrind
-    conftest.TF_LIB = conftest.TFLITE_LIB = None
-    conftest.START_TIMEOUT = 300.0
+    flow_server.TF_LIB = flow_server.TFLITE_LIB = None
+    flow_server.START_TIMEOUT = 300.0
     print(f"leakcheck: seed {seed}; {env_summary()}")
     start = time.monotonic()
     problems = []

@@ -19,7 +19,7 @@ redis.execute from a short harmless list. It never sends FLUSHALL, SHUTDOWN, DEB
 
   protocol_fuzz.py [--port P] [--commands N] [--seed S] [--connections C] [--batch B]
 
-Without --port it starts its own redis-server with the module (tests/flow/conftest.py, the same environment
+Without --port it starts its own redis-server with the module (tests/flow/helpers/server.py, the same environment
 variables as the flow tests: REDISAI_MODULE, REDIS_SERVER, REDISAI_ONNX_LIB, REDISAI_TF_LIB,
 REDISAI_TFLITE_LIB). With --port, use a scratch server: mutated commands write keys with arbitrary names;
 afterwards the keys named `*fz*` are removed and AI.CONFIG is put back, the others stay.
@@ -39,10 +39,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (AttachedServer, HarnessError, ProtocolViolation, StrictReader, env_summary,  # noqa: E402
                      errors_in, fail_exit, health_problems, kind_of, raw_command, start_server)
-import conftest  # noqa: E402
-from conftest import _encode_command  # noqa: E402
-from onnx_models import DATA_DIR, blob as onnx_blob, weights  # noqa: E402
-from torch_helpers import entry, pt_blob  # noqa: E402
+from helpers import server as flow_server  # noqa: E402
+from helpers.data import DATA_DIR, weights  # noqa: E402
+from helpers.onnx_models import blob as onnx_blob  # noqa: E402
+from helpers.resp import encode_command  # noqa: E402
+from helpers.torch_models import entry, pt_blob  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -183,8 +184,8 @@ def model_file(backend, name):
 
 
 def real_backend_paths():
-    out = [conftest.MODULE_PATH, str(Path(conftest.MODULE_PATH).with_name("libredisai_torch.so"))]
-    return out + [p for p in (conftest.ONNX_LIB, conftest.TF_LIB, getattr(conftest, "TFLITE_LIB", None)) if p]
+    out = [flow_server.MODULE_PATH, str(Path(flow_server.MODULE_PATH).with_name("libredisai_torch.so"))]
+    return out + [p for p in (flow_server.ONNX_LIB, flow_server.TF_LIB, flow_server.TFLITE_LIB) if p]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -797,7 +798,7 @@ def connection_main(port, conn_id, n, seed, batch, stats, stop):
                 fams.append(gen.last_family)
             marker = f"fz-mark-{conn_id}-{seq}".encode()
             seq += 1
-            sock.sendall(b"".join(_encode_command(c) for c in cmds) + _encode_command(["ECHO", marker]))
+            sock.sendall(b"".join(encode_command(c) for c in cmds) + encode_command(["ECHO", marker]))
             for i, c in enumerate(cmds):
                 try:
                     reply = reader.reply()
@@ -817,7 +818,7 @@ def connection_main(port, conn_id, n, seed, batch, stats, stop):
                 raise ProtocolViolation(f"replies out of step: expected the ECHO {marker!r}, got {got!r} "
                                         f"(batch ending with: {short(cmds[-1])})")
         # nothing more may come: the next reply is the PING's and the stream ends there
-        sock.sendall(_encode_command(["PING"]))
+        sock.sendall(encode_command(["PING"]))
         got = reader.reply()
         if got != "PONG" or reader.buf:
             raise ProtocolViolation(f"after the last command: {got!r}, then {reader.buf[:100]!r}")
@@ -833,7 +834,7 @@ def connection_main(port, conn_id, n, seed, batch, stats, stop):
 
 
 def run_fuzz(srv, commands, seed, connections=4, batch=32, verbose=False):
-    """Fuzz the server `srv` (a conftest RedisServer or AttachedServer). Returns (stats, elapsed, problems)."""
+    """Fuzz the server `srv` (a helpers.server RedisServer or AttachedServer). Returns (stats, elapsed, problems)."""
     port = srv.port
     log_mark = srv.log_size()
     config_before = {k: raw_command(port, "AI.CONFIG", "GET", k) for k in ("MODEL_CHUNK_SIZE", "BACKENDSPATH")}

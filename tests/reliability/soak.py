@@ -32,10 +32,11 @@ from harness import (HarnessError, ProtocolViolation, StrictClient, env_summary,
 import numpy as np  # noqa: E402
 import redis  # noqa: E402
 
-from onnx_models import DATA_DIR, NP_OF, blob, mexec  # noqa: E402
+from helpers.data import DATA_DIR  # noqa: E402
+from helpers.onnx_models import NP_OF, blob, mexec  # noqa: E402
 from test_dag_stress import (DEVICES, MODEL_FILES, SHARED, Dag, close, disconnect_mid_command,  # noqa: E402
                              model_key, run_model, settle_memory, store_models, used_memory)
-from torch_helpers import entry, pt_blob  # noqa: E402
+from helpers.torch_models import entry, pt_blob  # noqa: E402
 
 REPLY_TIMEOUT = 60.0
 USED_MEMORY_SLACK = 2 << 20  # as test_dag_stress

@@ -15,6 +15,7 @@ extern "C" {
     fn rai_shim_set_host(host: *const abi::HostApi);
     fn rai_shim_configure(memory_bound: u64, err: *mut *mut c_char) -> i32;
     fn rai_shim_live_bytes() -> u64;
+    fn rai_shim_torch_version() -> *const c_char;
     fn rai_shim_free_string(s: *mut c_char);
     fn rai_shim_free_array(a: *mut *mut c_void);
     fn rai_shim_module_load(
@@ -252,7 +253,9 @@ pub extern "C" fn rai_torch_memory() -> u64 {
 
 #[no_mangle]
 pub extern "C" fn rai_torch_version() -> *mut c_char {
-    CString::new("2.13.0").unwrap_or_default().into_raw()
+    // SAFETY: the shim returns a static NUL-terminated string literal.
+    let version = unsafe { CStr::from_ptr(rai_shim_torch_version()) };
+    CString::from(version).into_raw()
 }
 
 /// # Safety

@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/frontend/sugared_value.h>
 #include <torch/jit.h>
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -232,6 +233,9 @@ int rai_shim_configure(uint64_t memory_bound, char** err) {
 }
 
 uint64_t rai_shim_live_bytes() { return rai::live_bytes(); }
+
+// The libtorch this library was built against (INFO's ai_Torch_version), from its own headers.
+const char* rai_shim_torch_version() { return TORCH_VERSION; }
 
 void rai_shim_free_string(char* s) { std::free(s); }
 void rai_shim_free_array(at::Tensor** a) { delete[] a; }

@@ -11,9 +11,6 @@ use crate::reply::Reply;
 use crate::stats::{self, EntryKind};
 
 pub fn info(c: &Cmd) -> Result<()> {
-    if !(2..=3).contains(&c.args.len()) {
-        return Err(Error::WrongArity("AI.INFO"));
-    }
     let s = stats::lookup(c.args[1]).ok_or(Error::NoRunInfo)?;
     if c.args.get(2).is_some_and(|a| is_keyword(a, "RESETSTAT")) {
         s.reset();
@@ -75,9 +72,6 @@ pub fn scriptscan(c: &Cmd) -> Result<()> {
 }
 
 fn scan(c: &Cmd, kind: EntryKind, name: &'static str) -> Result<()> {
-    if c.args.len() != 1 {
-        return Err(Error::WrongArity(name));
-    }
     log_warning(&format!("{name} is experimental and might be removed in future versions"));
     let items = stats::scan(kind)
         .into_iter()

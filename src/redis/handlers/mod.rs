@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::raw;
 
 use super::reply::{error, send};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::reply::Reply;
 
 mod admin;
@@ -62,6 +62,7 @@ pub fn run_command(
     argc: c_int,
     handler: fn(&Cmd) -> Result<()>,
     keys: Option<KeyPositions>,
+    arity: Arity,
 ) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
@@ -94,7 +95,9 @@ pub fn run_command(
                 return;
             }
         }
-        if let Err(e) = handler(&cmd) {
+        let n = cmd.args.len();
+        let result = if n < arity.min || n > arity.max { Err(Error::WrongArity(arity.name)) } else { handler(&cmd) };
+        if let Err(e) = result {
             error(ctx, &e.reply_text());
         }
     }));
@@ -114,12 +117,31 @@ pub struct Command {
     pub keys: (c_int, c_int, c_int),
 }
 
+/// How many arguments (the command name included) a command takes, and the name its arity error gives.
+/// Checked before the handler runs; commands whose arity depends on their words (subcommands, sections)
+/// leave the rest to their parser.
+#[derive(Clone, Copy)]
+pub struct Arity {
+    pub min: usize,
+    pub max: usize,
+    pub name: &'static str,
+}
+
+const fn at_least(min: usize, name: &'static str) -> Arity {
+    Arity { min, max: usize::MAX, name }
+}
+const fn between(min: usize, max: usize, name: &'static str) -> Arity {
+    Arity { min, max, name }
+}
+const ANY: Arity = at_least(0, "");
+
 /// The command table, the one place a command is declared: its name, handler, flags, legacy key range and the
 /// function giving its keys with their read/write flags. Every command with keys declares `getkeys-api`: its key
 /// function (not a legacy full-access key spec) is what ACL selectors (`%R~in:*`, `%W~out:*`) are checked
 /// against. AI.CONFIG is `admin` (see `module::admin_categories`): it loads shared libraries.
 macro_rules! commands {
-    ($($name:literal => $entry:ident, $handler:path, $flags:literal, $range:expr $(, keys $keys:path)?;)*) => {
+    ($($name:literal => $entry:ident, $handler:path, $flags:literal, $range:expr, $arity:expr
+       $(, keys $keys:path)?;)*) => {
         $(
             extern "C" fn $entry(
                 ctx: *mut raw::RedisModuleCtx,
@@ -129,7 +151,7 @@ macro_rules! commands {
                 #[allow(unused_mut, unused_assignments)]
                 let mut keys: Option<KeyPositions> = None;
                 $(keys = Some($keys);)?
-                run_command(ctx, argv, argc, $handler, keys)
+                run_command(ctx, argv, argc, $handler, keys, $arity)
             }
         )*
         pub const COMMANDS: &[Command] = &[$(Command { name: $name, entry: $entry, flags: $flags, keys: $range }),*];
@@ -142,31 +164,31 @@ use crate::commands::script::{scriptexecute_key_positions, scriptrun_key_positio
 use crate::commands::{first_key_delete, first_key_read, first_key_write};
 
 commands! {
-    "ai.tensorset" => ai_tensorset, tensor::tensorset, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
-    "ai.tensorget" => ai_tensorget, tensor::tensorget, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
-    "ai.modelstore" => ai_modelstore, model::modelstore, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
-    "ai.modelset" => ai_modelset, model::modelset, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
-    "ai.modelget" => ai_modelget, model::modelget, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
-    "ai.modeldel" => ai_modeldel, model::modeldel, "write getkeys-api", (1, 1, 1), keys first_key_delete;
-    "ai.modelexecute" => ai_modelexecute, model::modelexecute, "write deny-oom getkeys-api", (4, 4, 1),
+    "ai.tensorset" => ai_tensorset, tensor::tensorset, "write deny-oom getkeys-api", (1, 1, 1), at_least(4, "AI.TENSORSET"), keys first_key_write;
+    "ai.tensorget" => ai_tensorget, tensor::tensorget, "readonly getkeys-api", (1, 1, 1), ANY, keys first_key_read;
+    "ai.modelstore" => ai_modelstore, model::modelstore, "write deny-oom getkeys-api", (1, 1, 1), ANY, keys first_key_write;
+    "ai.modelset" => ai_modelset, model::modelset, "write deny-oom getkeys-api", (1, 1, 1), ANY, keys first_key_write;
+    "ai.modelget" => ai_modelget, model::modelget, "readonly getkeys-api", (1, 1, 1), between(2, 4, "AI.MODELGET"), keys first_key_read;
+    "ai.modeldel" => ai_modeldel, model::modeldel, "write getkeys-api", (1, 1, 1), between(2, 2, "AI.MODELDEL"), keys first_key_delete;
+    "ai.modelexecute" => ai_modelexecute, model::modelexecute, "write deny-oom getkeys-api", (4, 4, 1), at_least(8, "AI.MODELEXECUTE"),
         keys modelexecute_key_positions;
-    "ai.modelrun" => ai_modelrun, model::modelrun, "write deny-oom getkeys-api", (3, 3, 1), keys modelrun_key_positions;
-    "ai._modelscan" => ai_modelscan, admin::modelscan, "readonly", (0, 0, 0);
-    "ai.scriptstore" => ai_scriptstore, script::scriptstore, "write deny-oom getkeys-api", (1, 1, 1),
+    "ai.modelrun" => ai_modelrun, model::modelrun, "write deny-oom getkeys-api", (3, 3, 1), at_least(6, "AI.MODELRUN"), keys modelrun_key_positions;
+    "ai._modelscan" => ai_modelscan, admin::modelscan, "readonly", (0, 0, 0), between(1, 1, "AI._MODELSCAN");
+    "ai.scriptstore" => ai_scriptstore, script::scriptstore, "write deny-oom getkeys-api", (1, 1, 1), ANY,
         keys first_key_write;
-    "ai.scriptset" => ai_scriptset, script::scriptset, "write deny-oom getkeys-api", (1, 1, 1), keys first_key_write;
-    "ai.scriptget" => ai_scriptget, script::scriptget, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
-    "ai.scriptdel" => ai_scriptdel, script::scriptdel, "write getkeys-api", (1, 1, 1), keys first_key_delete;
-    "ai.scriptexecute" => ai_scriptexecute, script::scriptexecute, "write deny-oom getkeys-api", (5, 5, 1),
+    "ai.scriptset" => ai_scriptset, script::scriptset, "write deny-oom getkeys-api", (1, 1, 1), ANY, keys first_key_write;
+    "ai.scriptget" => ai_scriptget, script::scriptget, "readonly getkeys-api", (1, 1, 1), between(2, 4, "AI.SCRIPTGET"), keys first_key_read;
+    "ai.scriptdel" => ai_scriptdel, script::scriptdel, "write getkeys-api", (1, 1, 1), between(2, 2, "AI.SCRIPTDEL"), keys first_key_delete;
+    "ai.scriptexecute" => ai_scriptexecute, script::scriptexecute, "write deny-oom getkeys-api", (5, 5, 1), at_least(3, "AI.SCRIPTEXECUTE"),
         keys scriptexecute_key_positions;
-    "ai.scriptrun" => ai_scriptrun, script::scriptrun, "write deny-oom getkeys-api", (4, 4, 1),
+    "ai.scriptrun" => ai_scriptrun, script::scriptrun, "write deny-oom getkeys-api", (4, 4, 1), at_least(3, "AI.SCRIPTRUN"),
         keys scriptrun_key_positions;
-    "ai._scriptscan" => ai_scriptscan, admin::scriptscan, "readonly", (0, 0, 0);
-    "ai.info" => ai_info, admin::info, "readonly getkeys-api", (1, 1, 1), keys first_key_read;
-    "ai.config" => ai_config, admin::config, "admin", (0, 0, 0);
-    "ai.dagexecute" => ai_dagexecute, dag::dagexecute, "write deny-oom getkeys-api", (3, 3, 1), keys dag_key_positions;
-    "ai.dagexecute_ro" => ai_dagexecute_ro, dag::dagexecute_ro, "readonly getkeys-api", (3, 3, 1),
+    "ai._scriptscan" => ai_scriptscan, admin::scriptscan, "readonly", (0, 0, 0), between(1, 1, "AI._SCRIPTSCAN");
+    "ai.info" => ai_info, admin::info, "readonly getkeys-api", (1, 1, 1), between(2, 3, "AI.INFO"), keys first_key_read;
+    "ai.config" => ai_config, admin::config, "admin", (0, 0, 0), ANY;
+    "ai.dagexecute" => ai_dagexecute, dag::dagexecute, "write deny-oom getkeys-api", (3, 3, 1), ANY, keys dag_key_positions;
+    "ai.dagexecute_ro" => ai_dagexecute_ro, dag::dagexecute_ro, "readonly getkeys-api", (3, 3, 1), ANY,
         keys dag_key_positions;
-    "ai.dagrun" => ai_dagrun, dag::dagrun, "write deny-oom getkeys-api", (3, 3, 1), keys dag_key_positions;
-    "ai.dagrun_ro" => ai_dagrun_ro, dag::dagrun_ro, "readonly getkeys-api", (3, 3, 1), keys dag_key_positions;
+    "ai.dagrun" => ai_dagrun, dag::dagrun, "write deny-oom getkeys-api", (3, 3, 1), ANY, keys dag_key_positions;
+    "ai.dagrun_ro" => ai_dagrun_ro, dag::dagrun_ro, "readonly getkeys-api", (3, 3, 1), ANY, keys dag_key_positions;
 }

@@ -60,9 +60,6 @@ fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Resu
 }
 
 pub fn modelget(c: &Cmd) -> Result<()> {
-    if !(2..=4).contains(&c.args.len()) {
-        return Err(Error::WrongArity("AI.MODELGET"));
-    }
     let k = Key::open(c.ctx, c.raw[1], false);
     let m = k.get(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
     let chunk = CONFIG.read().model_chunk_size;
@@ -71,9 +68,6 @@ pub fn modelget(c: &Cmd) -> Result<()> {
 }
 
 pub fn modeldel(c: &Cmd) -> Result<()> {
-    if c.args.len() != 2 {
-        return Err(Error::WrongArity("AI.MODELDEL"));
-    }
     let k = Key::open(c.ctx, c.raw[1], true);
     k.get(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)?;
     k.delete();
@@ -83,16 +77,10 @@ pub fn modeldel(c: &Cmd) -> Result<()> {
 }
 
 pub fn modelexecute(c: &Cmd) -> Result<()> {
-    if c.args.len() < 8 {
-        return Err(Error::WrongArity("AI.MODELEXECUTE"));
-    }
     execute(c, parse_modelexecute)
 }
 
 pub fn modelrun(c: &Cmd) -> Result<()> {
-    if c.args.len() < 6 {
-        return Err(Error::WrongArity("AI.MODELRUN"));
-    }
     execute(c, parse_modelrun)
 }
 

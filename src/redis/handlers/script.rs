@@ -43,9 +43,6 @@ fn commit_script(ctx: *mut raw::RedisModuleCtx, key: &[u8], script: Script) -> R
 }
 
 pub fn scriptget(c: &Cmd) -> Result<()> {
-    if !(2..=4).contains(&c.args.len()) {
-        return Err(Error::WrongArity("AI.SCRIPTGET"));
-    }
     let k = Key::open(c.ctx, c.raw[1], false);
     let s = k.get(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
     c.reply(&scriptget_reply(&s.spec, &c.args[2..]));
@@ -53,9 +50,6 @@ pub fn scriptget(c: &Cmd) -> Result<()> {
 }
 
 pub fn scriptdel(c: &Cmd) -> Result<()> {
-    if c.args.len() != 2 {
-        return Err(Error::WrongArity("AI.SCRIPTDEL"));
-    }
     let k = Key::open(c.ctx, c.raw[1], true);
     k.get(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
     k.delete();
@@ -65,16 +59,10 @@ pub fn scriptdel(c: &Cmd) -> Result<()> {
 }
 
 pub fn scriptexecute(c: &Cmd) -> Result<()> {
-    if c.args.len() < 3 {
-        return Err(Error::WrongArity("AI.SCRIPTEXECUTE"));
-    }
     execute(c, |argv| parse_scriptexecute(argv, false))
 }
 
 pub fn scriptrun(c: &Cmd) -> Result<()> {
-    if c.args.len() < 3 {
-        return Err(Error::WrongArity("AI.SCRIPTRUN"));
-    }
     execute(c, parse_scriptrun)
 }
 

@@ -13,9 +13,6 @@ use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 
 pub fn tensorset(c: &Cmd) -> Result<()> {
-    if c.args.len() < 4 {
-        return Err(Error::WrongArity("AI.TENSORSET"));
-    }
     let key = Key::open(c.ctx, c.raw[1], true);
     key.check_type(&TENSOR_TYPE)?;
     crate::redis::memory::check_room(c.ctx, zero_filled_bytes(&c.args[2..]).unwrap_or(0))?;

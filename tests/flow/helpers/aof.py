@@ -1,5 +1,5 @@
 """Reading the AOF of a test server (Redis >= 7 multi-part AOF in appendonlydir/) and waiting for rewrites."""
-from conftest import wait_for
+from .checks import wait_for
 
 
 def parse_resp_commands(data):

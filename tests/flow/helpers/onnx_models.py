@@ -1,40 +1,24 @@
-"""Shared helpers of the model / execution flow tests (test_model.py, test_model_persistence.py,
-test_execution.py): the ONNX test models of tests/data, models generated at test time with the `onnx`
-package, tensor and INFO helpers. Not a test file."""
+"""Helpers of the model / execution flow tests (test_model.py, test_model_persistence.py, test_execution.py,
+...): the ONNX test models of tests/data, models generated at test time with the `onnx` package, tensor and
+INFO helpers, commands sent from threads (Request)."""
 
 import os
 import re
-import socket
-import sys
 import threading
 import time
 
 import numpy as np
 import redis
 
-from conftest import REPO_ROOT, RespError, _encode_command, _RespReader
-
-DATA_DIR = REPO_ROOT / "tests" / "data"
-if str(DATA_DIR) not in sys.path:
-    sys.path.insert(0, str(DATA_DIR))
-
-import weights  # noqa: E402  (tests/data/weights.py)
+from .data import data_blob
+from .resp import RawClient, RespError
 
 MODEL_NAMES = ("mul", "linear", "two_outputs", "str_identity", "add_int32", "heavy")
-_BLOBS = {}
-
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-NOT_IN_TXN = "Cannot run RedisAI command within a transaction or a LUA script"
-
-# module load-time arguments that load ONNX Runtime, when the environment names it
-ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 
 
 def blob(name):
     """The bytes of tests/data/<name>.onnx."""
-    if name not in _BLOBS:
-        _BLOBS[name] = (DATA_DIR / f"{name}.onnx").read_bytes()
-    return _BLOBS[name]
+    return data_blob(f"{name}.onnx")
 
 
 def store(con, key, name, *opts, device="CPU"):
@@ -108,37 +92,6 @@ def proc_cpu_seconds(pid):
     fields = data[data.rindex(")") + 2:].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
-
-
-class RawClient:
-    """A raw RESP connection: send commands without waiting for their replies (to queue work)."""
-
-    def __init__(self, port, timeout=60.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.reader = _RespReader(self.sock)
-
-    def send(self, *args):
-        self.sock.sendall(_encode_command(args))
-
-    def reply(self):
-        return self.reader.reply()
-
-    def call(self, *args):
-        """Send one command and return its reply."""
-        self.send(*args)
-        return self.reply()
-
-    def close(self):
-        self.sock.close()
-
-
-def wait_until(predicate, timeout=10.0, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 # -------------------------------------------------------------------------------------------------

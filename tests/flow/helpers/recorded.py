@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from conftest import REPO_ROOT
+from .data import DATA_DIR
 
-DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(REPO_ROOT / "tests" / "data" / "redisai-dumps.json")
+DUMPS_PATH = os.environ.get("REDISAI_COMPAT_DUMPS") or str(DATA_DIR / "redisai-dumps.json")
 
 
 def _recorded_cases():

@@ -1,6 +1,5 @@
-"""Shared helpers of the TORCH flow tests (test_torch.py, test_scripts.py): the TorchScript models of
-tests/data (tests/data/gen_torch.cpp), script sources and script calls, the cases recorded from RedisAI
-(tests/data/redisai-dumps.json), AOF readers and replication helpers. Not a test file.
+"""Helpers of the TORCH flow tests (test_torch.py, test_scripts.py, ...): the TorchScript models of tests/data
+(tests/data/gen_torch.cpp), and script sources and script calls.
 
 Committed models (tests/data/gen_torch.cpp):
   torch_add.pt          forward(a, b) = a + b
@@ -14,13 +13,11 @@ Committed models (tests/data/gen_torch.cpp):
                         loop or a save
 """
 
-
 import numpy as np
 
-from onnx_models import DATA_DIR
+from .data import data_blob
 
 TORCH_VERSION = "2.13.0"
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 # name: (forward() argument names, number of outputs)
 TORCH_MODELS = {
@@ -30,14 +27,11 @@ TORCH_MODELS = {
     "torch_int": (["a", "b"], 1),
     "torch_slow": (["x"], 1),
 }
-_BLOBS = {}
 
 
 def pt_blob(name):
     """The bytes of tests/data/<name>.pt."""
-    if name not in _BLOBS:
-        _BLOBS[name] = (DATA_DIR / f"{name}.pt").read_bytes()
-    return _BLOBS[name]
+    return data_blob(f"{name}.pt")
 
 
 def pt_store(con, key, name, *opts, device="CPU"):
@@ -107,15 +101,3 @@ def scriptexecute_args(key, fn, *, keys=(), inputs=(), args=(), outputs=(), time
 
 def script_execute(con, key, fn, **kw):
     return con.execute_command(*scriptexecute_args(key, fn, **kw))
-
-
-# -------------------------------------------------------------------------------------------------
-# cases recorded from RedisAI
-
-
-# -------------------------------------------------------------------------------------------------
-# AOF
-
-
-def wait_replicas(con, n=1):
-    assert con.execute_command("WAIT", n, 10000) == n
