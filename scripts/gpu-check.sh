@@ -457,7 +457,8 @@ def dag_ratio():
     log(f"DAG {model} {shape}: CPU branch 1 x {t_cpu * 1e3:.1f} ms, {DEV} branch {r} x {t_gpu * 1e3:.1f} ms, "
         f"DAG {t_dag * 1e3:.1f} ms: parallel/serial {ratio:.2f} (ideal {ideal:.2f}, serial 1.00)")
     metrics.append(f"dag_parallel/serial={ratio:.2f}(ideal={ideal:.2f},{model},1xCPU+{r}x{DEV})")
-    if ratio > 1.25:
+    # On a GPU the branches must overlap; the CPU dry run shares two busy cores, so it only reports the ratio.
+    if ratio > 1.25 and DEV.startswith("GPU"):
         raise AssertionError(f"the DAG took {ratio:.2f}x the serial time")
 
 
