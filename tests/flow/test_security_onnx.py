@@ -17,9 +17,7 @@ AI.MODELGET BLOB gives the original bytes. The refusal of external data is sent 
 Runtime's text, without `ERR `).
 """
 
-import ctypes
 import os
-import struct
 
 import numpy as np
 import onnx
@@ -31,6 +29,7 @@ from helpers.aof import aof_commands, bgrewriteaof
 from helpers.checks import check_error, check_error_raw
 from helpers.data import DATA_DIR as DATA
 from helpers.onnx_models import blob, get_tensor, model_execute, set_tensor, store
+from helpers.watch import Inotify
 from test_dropin import model_payload
 
 EXTERNAL = "Initializer tensors with external data is not allowed."
@@ -41,36 +40,6 @@ ONNX, TFLITE = 3, 1  # backend codes in RDB payloads
 
 # -------------------------------------------------------------------------------------------------
 # watching secret.txt
-
-
-class _Inotify:
-    """Every open/read of one file, through inotify(7) (Linux)."""
-
-    IN_ACCESS, IN_OPEN, IN_NONBLOCK = 0x1, 0x20, 0o4000
-
-    def __init__(self, path):
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
-        assert self.fd >= 0, os.strerror(ctypes.get_errno())
-        wd = self.libc.inotify_add_watch(self.fd, str(path).encode(), self.IN_ACCESS | self.IN_OPEN)
-        assert wd >= 0, os.strerror(ctypes.get_errno())
-
-    def events(self):
-        """The masks of the events since the last call."""
-        out = []
-        while True:
-            try:
-                data = os.read(self.fd, 4096)
-            except BlockingIOError:
-                return out
-            i = 0
-            while i < len(data):
-                _wd, mask, _cookie, length = struct.unpack_from("iIII", data, i)
-                out.append(mask)
-                i += 16 + length
-
-    def close(self):
-        os.close(self.fd)
 
 
 @pytest.fixture
@@ -90,7 +59,7 @@ def _secret_in(srv):
     path = os.path.join(d, "secret.txt")
     with open(path, "wb") as f:
         f.write(SECRET)
-    watch = _Inotify(path)
+    watch = Inotify(path)
     # the watch works: our own read shows up
     with open(path, "rb") as f:
         assert f.read() == SECRET

@@ -25,10 +25,8 @@ inotify: any open or read of it by the server fails the test. Crafted archives a
 models of tests/data/gen_torch.cpp by rewriting zip members.
 """
 
-import ctypes
 import io
 import os
-import struct
 import time
 import zipfile
 
@@ -37,6 +35,7 @@ import pytest
 
 from helpers.onnx_models import Request, get_tensor, set_tensor
 from helpers.torch_models import entry, pt_blob, scriptexecute_args
+from helpers.watch import Inotify
 from test_dropin import model_payload
 
 TORCH = 2  # backend code in RDB payloads
@@ -50,38 +49,13 @@ LIMITS = ("BACKEND_MEMORY_LIMIT", "100", "MODEL_EXECUTION_TIMEOUT", "1000")  # 1
 # helpers
 
 
-class _Inotify:
-    """Every open/read of one file, through inotify(7)."""
-
-    IN_ACCESS, IN_OPEN, IN_NONBLOCK = 0x1, 0x20, 0o4000
-
-    def __init__(self, path):
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
-        assert self.fd >= 0, os.strerror(ctypes.get_errno())
-        assert self.libc.inotify_add_watch(self.fd, str(path).encode(), self.IN_ACCESS | self.IN_OPEN) >= 0
-
-    def events(self):
-        out = []
-        while True:
-            try:
-                data = os.read(self.fd, 4096)
-            except BlockingIOError:
-                return out
-            i = 0
-            while i < len(data):
-                _wd, mask, _cookie, length = struct.unpack_from("iIII", data, i)
-                out.append(mask)
-                i += 16 + length
-
-
 @pytest.fixture
 def secret(shared_server):
     """secret.txt in the server's working directory; the test fails if the server opened or read it."""
     path = os.path.join(shared_server.client().config_get("dir")["dir"], "secret.txt")
     with open(path, "wb") as f:
         f.write(SECRET)
-    watch = _Inotify(path)
+    watch = Inotify(path)
     with open(path, "rb") as f:
         assert f.read() == SECRET
     assert watch.events(), "inotify saw nothing"
@@ -89,7 +63,7 @@ def secret(shared_server):
         yield path
         assert watch.events() == [], "the server opened or read secret.txt"
     finally:
-        os.close(watch.fd)
+        watch.close()
         os.remove(path)
 
 
