@@ -29,7 +29,7 @@ from helpers.aof import aof_commands, bgrewriteaof
 from helpers.checks import check_error, check_error_raw
 from helpers.data import DATA_DIR as DATA
 from helpers.onnx_models import blob, get_tensor, model_execute, set_tensor, store
-from helpers.watch import Inotify
+from helpers.watch import watched_secret
 from test_dropin import model_payload
 
 EXTERNAL = "Initializer tensors with external data is not allowed."
@@ -55,21 +55,7 @@ def server_secret(server):
 
 
 def _secret_in(srv):
-    d = srv.client().config_get("dir")["dir"]
-    path = os.path.join(d, "secret.txt")
-    with open(path, "wb") as f:
-        f.write(SECRET)
-    watch = Inotify(path)
-    # the watch works: our own read shows up
-    with open(path, "rb") as f:
-        assert f.read() == SECRET
-    assert watch.events(), "inotify saw nothing"
-    try:
-        yield path
-        assert watch.events() == [], "the server opened or read secret.txt"
-    finally:
-        watch.close()
-        os.remove(path)
+    return watched_secret(srv, SECRET)
 
 
 def no_secret_anywhere(con):

@@ -35,7 +35,7 @@ import pytest
 
 from helpers.onnx_models import Request, get_tensor, set_tensor
 from helpers.torch_models import entry, pt_blob, scriptexecute_args
-from helpers.watch import Inotify
+from helpers.watch import watched_secret
 from test_dropin import model_payload
 
 TORCH = 2  # backend code in RDB payloads
@@ -52,19 +52,7 @@ LIMITS = ("BACKEND_MEMORY_LIMIT", "100", "MODEL_EXECUTION_TIMEOUT", "1000")  # 1
 @pytest.fixture
 def secret(shared_server):
     """secret.txt in the server's working directory; the test fails if the server opened or read it."""
-    path = os.path.join(shared_server.client().config_get("dir")["dir"], "secret.txt")
-    with open(path, "wb") as f:
-        f.write(SECRET)
-    watch = Inotify(path)
-    with open(path, "rb") as f:
-        assert f.read() == SECRET
-    assert watch.events(), "inotify saw nothing"
-    try:
-        yield path
-        assert watch.events() == [], "the server opened or read secret.txt"
-    finally:
-        watch.close()
-        os.remove(path)
+    yield from watched_secret(shared_server, SECRET)
 
 
 def server_dir(con):

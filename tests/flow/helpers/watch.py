@@ -33,3 +33,22 @@ class Inotify:
 
     def close(self):
         os.close(self.fd)
+
+
+def watched_secret(server, content):
+    """Generator for a fixture: writes `content` to secret.txt in the server's working directory, yields its path,
+    and fails if the server opened or read it meanwhile."""
+    path = os.path.join(server.client().config_get("dir")["dir"], "secret.txt")
+    with open(path, "wb") as f:
+        f.write(content)
+    watch = Inotify(path)
+    # the watch works: our own read shows up
+    with open(path, "rb") as f:
+        assert f.read() == content
+    assert watch.events(), "inotify saw nothing"
+    try:
+        yield path
+        assert watch.events() == [], "the server opened or read secret.txt"
+    finally:
+        watch.close()
+        os.remove(path)
