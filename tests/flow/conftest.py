@@ -132,7 +132,7 @@ def server(request, make_server):
 def module_server(tmp_path_factory, request):
     """One server for all tests of a module that use it; tests get it through `con`/`shared_server`."""
     d = tmp_path_factory.mktemp(f"{safe_name(request.module.__name__)}-shared")
-    srv = RedisServer(d, name="shared")
+    srv = RedisServer(d, name="module")
     srv.start()
     yield srv
     srv.stop()
