@@ -57,17 +57,14 @@ def check_error_raw(port, msg, *cmd):
     return reply
 
 
-def wait_for(predicate, timeout=10.0, interval=0.01, what="condition", required=True):
-    """Poll `predicate` until it returns a true value (returned); after `timeout` seconds fail the test, or
-    with required=False return the last (false) value (a best-effort wait: the caller decides)."""
+def wait_for(predicate, timeout=10.0, interval=0.01, what="condition"):
+    """Poll `predicate` until it returns a true value (returned); after `timeout` seconds fail the test."""
     deadline = time.monotonic() + timeout
     while True:
         v = predicate()
         if v:
             return v
         if time.monotonic() > deadline:
-            if not required:
-                return v
             pytest.fail(f"timed out after {timeout}s waiting for {what}", pytrace=False)
         time.sleep(interval)
 
