@@ -100,6 +100,7 @@ test: build venv dist ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2
 	done
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
+	cargo build --release --example ort_inprocess
 	$(PYTEST_ENV) $(PYTHON) bench/bench.py
 	$(PYTEST_ENV) $(PYTHON) bench/responsiveness.py
 

@@ -14,6 +14,8 @@ the latency distribution is printed for each scenario:
   inline, then    the same clients run a Loop model with 1 iteration (inline), then halfway through with
   slow            --slow-trips iterations (tens of ms): the first slow runs start inline and are stopped at the
                   inline limit, then the model runs on workers
+  DAG inline,     the same as a two-op DAG (the Loop model once, then with 1 or --slow-trips iterations): the
+  then slow       whole DAG runs inline at first; a slow one is stopped and run again on the workers
 
 Target: p99 < 5 ms in every module scenario (the SET/GET baselines show what Redis itself does). Every load
 runs in its own process, so the PING client measures the server, not the Python GIL. The last column adds the longest main-thread stretches Redis's latency monitor
@@ -151,15 +153,22 @@ def tiny_loop(port, i, stop, ready, results):
     results.put(("execute", times))
 
 
-def growing_loop(port, i, switch_at, stop, ready, results):
-    """Runs the Loop model with n = 1 until `switch_at` (perf_counter), then with n = `slow` (set in key n:slow)."""
+def growing_loop(port, i, switch_at, dag, stop, ready, results):
+    """Runs the Loop model with n = 1 until `switch_at` (perf_counter), then with n = `slow` (set in key n:slow).
+    `dag`: as the second op of a DAG whose first op runs the Loop model once (both ops inline at first)."""
     r = _client(port)
     ready.set()
     times = []
     while not stop.is_set():
         t0 = time.perf_counter()
         n = "n:1" if t0 < switch_at else "n:slow"
-        assert r.execute_command("AI.MODELEXECUTE", "loop", "INPUTS", 2, n, "x", "OUTPUTS", 1, f"y:{i}") == b"OK"
+        if dag:
+            reply = r.execute_command("AI.DAGEXECUTE", "LOAD", 3, "n:1", n, "x", "|>", "AI.MODELEXECUTE", "loop",
+                                      "INPUTS", 2, "n:1", "x", "OUTPUTS", 1, "x2", "|>", "AI.MODELEXECUTE", "loop",
+                                      "INPUTS", 2, n, "x2", "OUTPUTS", 1, "y", "|>", "AI.TENSORGET", "y", "VALUES")
+            assert reply[:2] == [b"OK", b"OK"], reply
+        else:
+            assert r.execute_command("AI.MODELEXECUTE", "loop", "INPUTS", 2, n, "x", "OUTPUTS", 1, f"y:{i}") == b"OK"
         times.append((t0, time.perf_counter() - t0))
     results.put(("execute", times))
 
@@ -305,14 +314,22 @@ def main():
         inline1 = modules_field(s, "ai_inline_runs")
         rows.append((f"tiny inline x{clients} clients", stats(samples),
                      f"{len(ex) / a.seconds:.0f} runs/s, {inline1 - inline0} inline" + fmt_stalls(stalls)))
-        switch_at = time.perf_counter() + 0.5 + a.seconds / 2 + 1.0  # warm-up, then half of the sampling
-        samples, ops, stalls = under_load(s.port, a.seconds, a.interval,
-                                          [(growing_loop, (i, switch_at)) for i in range(clients)], warmup=1.0)
-        ex = ops["execute"]
-        slow = [dt for dt in ex if dt > 0.005]
-        rows.append((f"inline, then slow x{clients}", stats(samples),
-                     f"{len(ex)} runs, {len(slow)} slow (p50 {np.percentile(slow, 50) * 1000 if slow else 0:.0f} ms), "
-                     f"{modules_field(s, 'ai_inline_runs') - inline1} inline" + fmt_stalls(stalls)))
+        for dag in (False, True):
+            # A model that became slow is queued from then on: a fresh copy for each scenario.
+            s.cli("-x", "AI.MODELSTORE", "loop", "ONNX", "CPU", "BLOB", stdin=loop_model())
+            for _ in range(5):
+                s.cli("AI.MODELEXECUTE", "loop", "INPUTS", "2", "n:1", "x", "OUTPUTS", "1", "y")
+            inline1 = modules_field(s, "ai_inline_runs")
+            switch_at = time.perf_counter() + 0.5 + a.seconds / 2 + 1.0  # warm-up, then half of the sampling
+            samples, ops, stalls = under_load(s.port, a.seconds, a.interval,
+                                              [(growing_loop, (i, switch_at, dag)) for i in range(clients)],
+                                              warmup=1.0)
+            ex = ops["execute"]
+            slow = [dt for dt in ex if dt > 0.005]
+            rows.append((f"{'DAG ' if dag else ''}inline, then slow x{clients}", stats(samples),
+                         f"{len(ex)} runs, {len(slow)} slow (p50 "
+                         f"{np.percentile(slow, 50) * 1000 if slow else 0:.0f} ms), "
+                         f"{modules_field(s, 'ai_inline_runs') - inline1} inline" + fmt_stalls(stalls)))
     finally:
         s.stop()
 

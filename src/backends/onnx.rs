@@ -189,9 +189,9 @@ impl LoadedModel for OnnxModel {
 }
 
 impl OnnxModel {
-    fn values(&self, inputs: &[&Tensor]) -> Result<Vec<SessionInputValue<'static>>> {
+    fn values<'t>(&self, inputs: &[&'t Tensor]) -> Result<Vec<SessionInputValue<'t>>> {
         check_input_count(self.inputs.len(), inputs.len())?;
-        inputs.iter().map(|t| to_value(t).map(SessionInputValue::from)).collect()
+        inputs.iter().map(|t| to_value(t)).collect()
     }
 
     /// One run, told to stop by the watchdog once `limit` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
@@ -221,16 +221,25 @@ impl OnnxModel {
     }
 }
 
-fn to_value(t: &Tensor) -> Result<DynValue> {
-    use ort::value::Tensor as OrtTensor;
-    let shape = t.shape().to_vec();
+/// An input value over the tensor's own bytes where their alignment allows (no copy), else over a copy.
+fn to_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
+    use ort::value::{Tensor as OrtTensor, TensorRef};
+    let shape = t.shape();
     let d = t.data();
     macro_rules! prim {
         ($ty:ty) => {{
-            let n = std::mem::size_of::<$ty>();
-            let v: Vec<$ty> =
-                d.chunks_exact(n).map(|c| <$ty>::from_le_bytes(c.try_into().unwrap_or_default())).collect();
-            OrtTensor::from_array((shape, v)).map(|t| t.into_dyn())
+            match bytemuck::try_cast_slice::<u8, $ty>(d) {
+                // Tensor data is little-endian, as ONNX Runtime's on these targets.
+                Ok(view) if cfg!(target_endian = "little") => {
+                    TensorRef::from_array_view((shape, view)).map(|r| SessionInputValue::from(r.into_dyn()))
+                }
+                _ => {
+                    let n = std::mem::size_of::<$ty>();
+                    let v: Vec<$ty> =
+                        d.chunks_exact(n).map(|c| <$ty>::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+                    OrtTensor::from_array((shape.to_vec(), v)).map(|t| SessionInputValue::from(t.into_dyn()))
+                }
+            }
         }};
     }
     let v = match t.dtype() {
@@ -242,13 +251,17 @@ fn to_value(t: &Tensor) -> Result<DynValue> {
         DataType::Int64 => prim!(i64),
         DataType::Uint8 => prim!(u8),
         DataType::Uint16 => prim!(u16),
-        DataType::Bool => {
-            OrtTensor::from_array((shape, d.iter().map(|&b| b != 0).collect::<Vec<bool>>())).map(|t| t.into_dyn())
-        }
+        // BOOL bytes are 0 or 1 (checked when the tensor was made): ONNX's bool layout.
+        DataType::Bool => match bytemuck::checked::try_cast_slice::<u8, bool>(d) {
+            Ok(view) => TensorRef::from_array_view((shape, view)).map(|r| SessionInputValue::from(r.into_dyn())),
+            Err(_) => OrtTensor::from_array((shape.to_vec(), d.iter().map(|&b| b != 0).collect::<Vec<bool>>()))
+                .map(|t| SessionInputValue::from(t.into_dyn())),
+        },
         DataType::String => {
             let strings: Vec<String> =
                 (0..t.len()).map(|i| String::from_utf8_lossy(t.string_at(i)).into_owned()).collect();
-            OrtTensor::from_string_array((shape, strings.as_slice())).map(|t| t.into_dyn())
+            OrtTensor::from_string_array((shape.to_vec(), strings.as_slice()))
+                .map(|t| SessionInputValue::from(t.into_dyn()))
         }
     };
     v.map_err(backend_err)
@@ -263,11 +276,12 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
     macro_rules! prim {
         ($ty:ty, $dt:expr) => {{
             let (shape, data) = v.try_extract_tensor::<$ty>().map_err(backend_err)?;
-            let mut bytes = Vec::with_capacity(std::mem::size_of_val(data));
-            for x in data {
-                bytes.extend_from_slice(&x.to_le_bytes());
+            if cfg!(target_endian = "little") {
+                Tensor::from_blob($dt, shape.to_vec(), bytemuck::cast_slice(data))
+            } else {
+                let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Tensor::from_blob($dt, shape.to_vec(), &bytes)
             }
-            Tensor::from_blob($dt, shape.to_vec(), &bytes)
         }};
     }
     match ty {
@@ -281,8 +295,8 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
         TensorElementType::Uint16 => prim!(u16, DataType::Uint16),
         TensorElementType::Bool => {
             let (shape, data) = v.try_extract_tensor::<bool>().map_err(backend_err)?;
-            let bytes: Vec<u8> = data.iter().map(|&b| b as u8).collect();
-            Tensor::from_blob(DataType::Bool, shape.to_vec(), &bytes)
+            // A `bool` is one byte, 0 or 1: the BOOL tensor layout.
+            Tensor::from_blob(DataType::Bool, shape.to_vec(), bytemuck::cast_slice::<bool, u8>(data))
         }
         TensorElementType::String => {
             let (shape, strings) = v.try_extract_strings().map_err(backend_err)?;

@@ -266,16 +266,19 @@ pub fn parse_timeout(value: Option<&&[u8]>) -> Result<Duration> {
 
 /// One `INPUTS|OUTPUTS <n> <key>...` scope of AI.MODELEXECUTE.
 fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected: usize) -> Result<Vec<&'a [u8]>> {
-    let (lower, upper) = (keyword.to_ascii_lowercase(), keyword);
-    let what = &lower[..lower.len() - 1];
+    // The error texts' wording, made only on the error paths.
+    let lower = || keyword.to_ascii_lowercase();
+    let upper = keyword;
     if !args.get(*pos).is_some_and(|a| is_keyword(a, keyword)) {
         return Err(err(&format!("{upper} not specified")));
     }
     let n = args
         .get(*pos + 1)
         .and_then(|a| parse_i64(a))
-        .ok_or_else(|| err(&format!("Invalid argument for {what}_count")))?;
+        .ok_or_else(|| err(&format!("Invalid argument for {}_count", &lower()[..upper.len() - 1])))?;
     if n <= 0 {
+        let lower = lower();
+        let what = &lower[..lower.len() - 1];
         let cap = format!("{}{}", what[..1].to_ascii_uppercase(), &what[1..]);
         return Err(err(&format!("{cap} count must be a positive integer")));
     }
@@ -283,6 +286,8 @@ fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected
         return Err(plain(&format!("Number of keys given as {upper} here does not match model definition")));
     }
     let keys = args.get(*pos + 2..*pos + 2 + n as usize).ok_or_else(|| {
+        let lower = lower();
+        let what = &lower[..lower.len() - 1];
         err(&format!("number of {what} keys to AI.MODELEXECUTE command does not match the number of given arguments"))
     })?;
     *pos += 2 + n as usize;

@@ -6,9 +6,12 @@
 //! Never a model's first runs, never a batching model, never a backend that cannot stop a run early, never
 //! while its device queue has work (no overtaking). "Known to be short" means: the model's recent runs took at
 //! most INLINE_THRESHOLD µs on average, and this request's inputs are no more than twice as big as the biggest
-//! it has run. A run that still takes longer (its time suddenly grew) is stopped at `inline_limit` and handed to
-//! a worker as if it had never started (model runs have no side effects), so the main thread is never held much
-//! longer than the limit; the run's history then keeps the model off the main thread.
+//! it has run. A DAG runs inline when every op is such a model run and their averages add up to at most the
+//! threshold (an op whose inputs another op computes has its size checked just before it runs). A run that
+//! still takes longer (its time suddenly grew) is stopped at `inline_limit` and handed to a worker as if it had
+//! never started (model runs have no side effects, and an inline run records its statistics only once it has
+//! finished), so the main thread is never held much longer than the limit; the run's history then keeps the
+//! model off the main thread.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -20,7 +23,8 @@ pub const MIN_RUNS: u64 = 3;
 #[derive(Debug, Default)]
 pub struct RunHistory {
     runs: AtomicU64,
-    /// Moving average of the run time (each run weighs 1/4), in µs.
+    /// Moving average of the run time (each run weighs 1/4), in µs, from the last of the first `MIN_RUNS`
+    /// runs on (the first runs warm caches up: counting them would keep a fast model queued for a dozen runs).
     avg_us: AtomicU64,
     /// The biggest input (bytes, all inputs together) a recorded run had.
     max_input_bytes: AtomicU64,
@@ -30,7 +34,7 @@ impl RunHistory {
     /// A successful run of `micros` µs on `input_bytes` bytes of input (workers and inline runs alike).
     pub fn record(&self, micros: u64, input_bytes: u64) {
         let avg = match self.runs.fetch_add(1, Relaxed) {
-            0 => micros,
+            n if n < MIN_RUNS => micros,
             _ => (self.avg_us.load(Relaxed) * 3 + micros) / 4,
         };
         self.avg_us.store(avg, Relaxed);
@@ -41,14 +45,26 @@ impl RunHistory {
     pub fn record_stopped(&self, micros: u64) {
         self.avg_us.fetch_max(micros, Relaxed);
     }
+
+    /// Whether `input_bytes` of input is like what the model has run (at most twice the biggest).
+    pub fn fits(&self, input_bytes: u64) -> bool {
+        input_bytes <= self.max_input_bytes.load(Relaxed).saturating_mul(2)
+    }
 }
 
-/// Whether a request with `input_bytes` of input to a model with this history may run inline.
-pub fn may_run_inline(h: &RunHistory, input_bytes: u64, threshold_us: u64) -> bool {
-    threshold_us > 0
-        && h.runs.load(Relaxed) >= MIN_RUNS
-        && h.avg_us.load(Relaxed) <= threshold_us
-        && input_bytes <= h.max_input_bytes.load(Relaxed).saturating_mul(2)
+/// Whether a run of these model ops may run inline: each op's history, with its input size when it is known
+/// before the run (inputs another op computes are checked as the op starts: `RunHistory::fits`).
+pub fn may_run_inline<'a>(ops: impl IntoIterator<Item = (&'a RunHistory, Option<u64>)>, threshold_us: u64) -> bool {
+    let mut total_us = 0u64;
+    let mut any = false;
+    for (h, input_bytes) in ops {
+        if h.runs.load(Relaxed) < MIN_RUNS || input_bytes.is_some_and(|b| !h.fits(b)) {
+            return false;
+        }
+        total_us = total_us.saturating_add(h.avg_us.load(Relaxed));
+        any = true;
+    }
+    any && threshold_us > 0 && total_us <= threshold_us
 }
 
 /// How long an inline run may take before it is stopped and queued instead.
@@ -59,12 +75,12 @@ pub fn inline_limit(threshold_us: u64) -> Duration {
 static INLINE_RUNS: AtomicU64 = AtomicU64::new(0);
 static QUEUED_RUNS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts one model execution by where it ran (INFO's `ai_inline_runs` / `ai_queued_runs`).
+/// Counts one execution by where it ran (INFO's `ai_inline_runs` / `ai_queued_runs`).
 pub fn count(inline: bool) {
     if inline { &INLINE_RUNS } else { &QUEUED_RUNS }.fetch_add(1, Relaxed);
 }
 
-/// `(inline, queued)` model executions so far (MODELEXECUTE / MODELRUN).
+/// `(inline, queued)` executions so far: MODELEXECUTE / MODELRUN, and DAGs with at least one op.
 pub fn counts() -> (u64, u64) {
     (INLINE_RUNS.load(Relaxed), QUEUED_RUNS.load(Relaxed))
 }
@@ -81,33 +97,53 @@ mod tests {
         h
     }
 
+    fn one(h: &RunHistory, input_bytes: u64, threshold_us: u64) -> bool {
+        may_run_inline([(h, Some(input_bytes))], threshold_us)
+    }
+
     #[test]
     fn never_the_first_runs() {
-        assert!(!may_run_inline(&history(&[(5, 16), (5, 16)]), 16, 100));
-        assert!(may_run_inline(&history(&[(5, 16), (5, 16), (5, 16)]), 16, 100));
+        assert!(!one(&history(&[(5, 16), (5, 16)]), 16, 100));
+        assert!(one(&history(&[(5, 16), (5, 16), (5, 16)]), 16, 100));
+        // A slow warm-up run does not count once the model has run MIN_RUNS times.
+        assert!(one(&history(&[(5000, 16), (900, 16), (5, 16)]), 16, 100));
+        assert!(!one(&history(&[(5000, 16), (900, 16), (5, 16), (5000, 16)]), 16, 100));
     }
 
     #[test]
     fn only_short_models_and_similar_inputs() {
         let h = history(&[(50, 100); 5]);
-        assert!(may_run_inline(&h, 200, 100));
-        assert!(!may_run_inline(&h, 201, 100), "twice the biggest input seen at most");
-        assert!(!may_run_inline(&h, 100, 40), "slower than the threshold");
-        assert!(!may_run_inline(&h, 100, 0), "0 turns inline runs off");
+        assert!(one(&h, 200, 100));
+        assert!(!one(&h, 201, 100), "twice the biggest input seen at most");
+        assert!(!one(&h, 100, 40), "slower than the threshold");
+        assert!(!one(&h, 100, 0), "0 turns inline runs off");
+        assert!(h.fits(200) && !h.fits(201));
+    }
+
+    #[test]
+    fn a_dag_is_short_when_its_ops_add_up_to_the_threshold() {
+        let (a, b) = (history(&[(40, 100); 5]), history(&[(50, 100); 5]));
+        // b's input is computed by a: unknown before the run.
+        assert!(may_run_inline([(&a, Some(100)), (&b, None)], 100));
+        assert!(!may_run_inline([(&a, Some(100)), (&b, None)], 80), "40 + 50 > 80");
+        assert!(!may_run_inline([(&a, Some(100)), (&b, None), (&b, None)], 100), "three ops: 140 > 100");
+        assert!(!may_run_inline([(&a, Some(300)), (&b, None)], 100), "a known input still has to fit");
+        assert!(!may_run_inline([(&a, Some(100)), (&history(&[(1, 100); 2]), None)], 100), "a new model");
+        assert!(!may_run_inline(std::iter::empty::<(&RunHistory, Option<u64>)>(), 100), "nothing to run");
     }
 
     #[test]
     fn a_slow_run_moves_the_model_off_the_main_thread() {
         let h = history(&[(20, 16); 5]);
         h.record(5000, 16);
-        assert!(!may_run_inline(&h, 16, 100));
+        assert!(!one(&h, 16, 100));
         // It comes back once its runs are short again (the average forgets a quarter per run).
         for _ in 0..16 {
             h.record(20, 16);
         }
-        assert!(may_run_inline(&h, 16, 100));
+        assert!(one(&h, 16, 100));
         h.record_stopped(1000);
-        assert!(!may_run_inline(&h, 16, 100));
+        assert!(!one(&h, 16, 100));
     }
 
     #[test]

@@ -100,7 +100,12 @@ impl Run {
             slots[*s] = Some(t.clone());
         }
         Run {
-            state: Mutex::new(State { slots, outcomes: Vec::new(), parked: Vec::new(), failed: false }),
+            state: Mutex::new(State {
+                slots,
+                outcomes: vec![OpOutcome::NotRun; plan.ops.len()],
+                parked: Vec::new(),
+                failed: false,
+            }),
             remaining: AtomicUsize::new(0),
             timed_out: AtomicBool::new(false),
             deadline: None,
@@ -129,37 +134,66 @@ impl Run {
         self.state.lock().failed
     }
 
-    /// Runs a one-model plan on the calling thread (Redis's main thread: exec/inline.rs), giving up after
-    /// `limit`. The finished run, or the untouched plan when the run was stopped (the caller queues it).
+    /// Runs a plan of model ops on the calling thread (Redis's main thread: exec/inline.rs), in DAG order,
+    /// giving up once `limit` has passed. The finished run, or the plan when the run was stopped (the caller
+    /// queues it). Statistics are recorded only for a finished run, so a stopped one counts once, on a worker.
     pub fn run_inline(plan: Plan, limit: std::time::Duration) -> std::result::Result<Run, Box<Plan>> {
         let run = Run::finished(plan);
-        let Some(OpKind::Model { model, inputs, outputs }) = run.plan.ops.first().map(|op| &op.kind) else {
-            return Err(Box::new(run.plan));
-        };
-        let loaded: Option<Vec<Arc<Tensor>>> = inputs.iter().map(|&s| run.slot(s)).collect();
-        let Some(loaded) = loaded else { return Err(Box::new(run.plan)) };
-        let start = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            run_model(model, outputs.len(), &loaded, |m, refs| m.run_within(refs, limit))
-        }))
-        .unwrap_or_else(|_| Some(Err(Error::Generic("internal error: the operation panicked".into()))));
-        let Some(result) = result else {
-            model.history.record_stopped(start.elapsed().as_micros() as u64);
-            return Err(Box::new(run.plan));
-        };
-        {
+        let deadline = Instant::now() + limit;
+        let mut samples = Vec::with_capacity(run.plan.ops.len());
+        let stopped = {
             let mut st = run.state.lock();
-            let outcome = match result {
-                Ok(outs) => {
-                    for (&s, t) in outputs.iter().zip(outs) {
-                        st.slots[s] = Some(t);
+            let mut stopped = false;
+            for (i, op) in run.plan.ops.iter().enumerate() {
+                let OpKind::Model { model, inputs, outputs } = &op.kind else {
+                    stopped = true;
+                    break;
+                };
+                let loaded: Option<Vec<Arc<Tensor>>> = inputs.iter().map(|&s| st.slots[s].clone()).collect();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let Some(loaded) = loaded.filter(|l| !left.is_zero() && model.history.fits(input_bytes(l))) else {
+                    stopped = true;
+                    break;
+                };
+                let start = Instant::now();
+                let ran = catch_unwind(AssertUnwindSafe(|| {
+                    run_model(model, outputs.len(), &loaded, |m, refs| m.run_within(refs, left))
+                }));
+                let result = match ran {
+                    Ok(Some((result, sample))) => {
+                        samples.push((i, sample));
+                        result
                     }
-                    OpOutcome::Done
+                    Ok(None) => {
+                        model.history.record_stopped(start.elapsed().as_micros() as u64);
+                        stopped = true;
+                        break;
+                    }
+                    Err(_) => Err(Error::Generic("internal error: the operation panicked".into())),
+                };
+                match result {
+                    Ok(outs) => {
+                        for (&s, t) in outputs.iter().zip(outs) {
+                            st.slots[s] = Some(t);
+                        }
+                        st.outcomes[i] = OpOutcome::Done;
+                    }
+                    Err(e) => {
+                        st.outcomes[i] = OpOutcome::Failed(e);
+                        st.failed = true;
+                        break;
+                    }
                 }
-                Err(e) => OpOutcome::Failed(e),
-            };
-            st.failed = matches!(outcome, OpOutcome::Failed(_));
-            st.outcomes = vec![outcome];
+            }
+            stopped
+        };
+        if stopped {
+            return Err(Box::new(run.plan));
+        }
+        for (i, sample) in samples {
+            if let OpKind::Model { model, .. } = &run.plan.ops[i].kind {
+                sample.record(model);
+            }
         }
         Ok(run)
     }
@@ -364,14 +398,37 @@ pub fn step_batch(entries: Vec<Entry>) {
     }
 }
 
-/// Runs a model op with `runner` (the backend's `run`, or `run_within` for an inline run), checks the number
-/// of outputs and records AI.INFO's stats and the run history. `None`: `runner` gave up (nothing recorded).
+/// What a model run adds to AI.INFO's statistics and to the model's run history.
+enum Sample {
+    Success { micros: u64, samples: i64, input_bytes: u64 },
+    Error,
+}
+
+impl Sample {
+    fn record(&self, model: &Model) {
+        match *self {
+            Sample::Success { micros, samples, input_bytes } => {
+                model.stats.record_success(micros as i64, samples);
+                model.history.record(micros, input_bytes);
+            }
+            Sample::Error => model.stats.record_error(),
+        }
+    }
+}
+
+fn input_bytes(inputs: &[Arc<Tensor>]) -> u64 {
+    inputs.iter().map(|t| t.data().len() as u64).sum()
+}
+
+/// Runs a model op with `runner` (the backend's `run`, or `run_within` for an inline run) and checks the
+/// number of outputs; the result with what it adds to the statistics (recorded by the caller). `None`:
+/// `runner` gave up.
 fn run_model(
     model: &Model,
     noutputs: usize,
     inputs: &[Arc<Tensor>],
     runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
-) -> Option<Result<Vec<Arc<Tensor>>>> {
+) -> Option<(Result<Vec<Arc<Tensor>>>, Sample)> {
     let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
     let start = Instant::now();
     let result = match model.loaded() {
@@ -385,25 +442,29 @@ fn run_model(
             Err(Error::Generic("Model did not generate the expected number of outputs".into()))
         }
     });
-    match &result {
-        Ok(outs) => {
-            let micros = start.elapsed().as_micros() as u64;
-            model.stats.record_success(micros as i64, outs.first().map_or(0, |t| t.dim0()));
-            model.history.record(micros, refs.iter().map(|t| t.data().len() as u64).sum());
-        }
-        Err(_) => model.stats.record_error(),
-    }
-    Some(result.map(|outs| outs.into_iter().map(Arc::new).collect()))
+    let sample = match &result {
+        Ok(outs) => Sample::Success {
+            micros: start.elapsed().as_micros() as u64,
+            samples: outs.first().map_or(0, |t| t.dim0()),
+            input_bytes: input_bytes(inputs),
+        },
+        Err(_) => Sample::Error,
+    };
+    Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample))
 }
 
 /// Runs one op on the calling worker thread.
 fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
     match op {
         OpKind::Model { model, outputs, .. } => {
-            run_model(model, outputs.len(), inputs, |m, refs| Some(m.run(refs))).unwrap_or_else(|| {
+            match run_model(model, outputs.len(), inputs, |m, refs| Some(m.run(refs))) {
+                Some((result, sample)) => {
+                    sample.record(model);
+                    result
+                }
                 // `run` always answers; only `run_within` (inline) gives up.
-                Err(Error::Generic("the operation did not run".into()))
-            })
+                None => Err(Error::Generic("the operation did not run".into())),
+            }
         }
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
@@ -580,6 +641,70 @@ mod tests {
             }
             assert_eq!(replies.load(Ordering::SeqCst), 1);
         }
+    }
+
+    /// Gives up on every inline run (as a run past the inline limit does).
+    struct GivesUp(Vec<String>);
+
+    impl LoadedModel for GivesUp {
+        fn inputs(&self) -> &[String] {
+            &self.0
+        }
+        fn outputs(&self) -> &[String] {
+            &self.0[..1]
+        }
+        fn run(&self, _: &[&Tensor]) -> Result<Vec<Tensor>> {
+            Ok(vec![scalar(0.0)])
+        }
+        fn run_within(&self, _: &[&Tensor], _: Duration) -> Option<Result<Vec<Tensor>>> {
+            None
+        }
+    }
+
+    /// An inline run goes op by op in DAG order; one that gives up returns the plan untouched and records no
+    /// statistics for the ops that had finished, so that the queued rerun counts each op once.
+    #[test]
+    fn inline_runs_in_dag_order_and_a_stopped_one_records_nothing() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let fake = Fake {
+            names: vec!["x".into(); 2],
+            outputs: vec!["y".into()],
+            runs: runs.clone(),
+            fail: false,
+            delay: Duration::ZERO,
+        };
+        let first = Arc::new(Model::with_handle(b"first", spec("CPU"), Ok(Box::new(fake))));
+        let plan_of = |second: Arc<Model>| {
+            let mut plan = Plan::default();
+            let (a, b, c) = (plan.new_slot(), plan.new_slot(), plan.new_slot());
+            plan.loaded.push((a, Arc::new(scalar(1.0))));
+            let op = |model, inputs, out| Op {
+                kind: OpKind::Model { model, inputs, outputs: vec![out] },
+                device: "CPU".to_string(),
+            };
+            plan.ops.push(op(first.clone(), vec![a, a], b));
+            plan.ops.push(op(second, vec![b, a], c));
+            (plan, c)
+        };
+        // Inline runs are for models with a history of runs on inputs of this size (16 bytes).
+        let warm = |m: &Model| (0..3).for_each(|_| m.history.record(1, 16));
+        warm(&first);
+        // first: 1 + 1 + 1 = 3; then first again on (3, 1): 5.
+        let (plan, out) = plan_of(first.clone());
+        let run = Run::run_inline(plan, Duration::from_secs(5)).ok().expect("ran inline");
+        assert_eq!(run.slot(out).map(|t| value(&t)), Some(5.0));
+        assert!(matches!((run.outcome(0), run.outcome(1)), (OpOutcome::Done, OpOutcome::Done)));
+        assert_eq!(first.stats.calls.load(Ordering::SeqCst), 2);
+        drop(run);
+
+        let stops = Arc::new(Model::with_handle(b"stops", spec("CPU"), Ok(Box::new(GivesUp(vec!["x".into(); 2])))));
+        warm(&stops);
+        let (plan, _) = plan_of(stops.clone());
+        let plan = Run::run_inline(plan, Duration::from_secs(5)).err().expect("stopped");
+        assert_eq!(plan.ops.len(), 2, "the plan comes back whole");
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "the first op did run");
+        assert_eq!(first.stats.calls.load(Ordering::SeqCst), 2, "but its run is not counted");
+        assert_eq!(stops.stats.calls.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -102,3 +102,92 @@ def test_inside_multi_it_is_still_refused(con):
     with pytest.raises(redis.ResponseError) as e:
         p.execute()
     assert "Cannot run RedisAI command within a transaction or a LUA script" in str(e.value)
+
+
+def dag(con, *args):
+    return con.execute_command("AI.DAGEXECUTE", *args)
+
+
+def calls(con, key):
+    info = con.execute_command("AI.INFO", key)
+    return dict(zip(info[::2], info[1::2]))[b"calls"]
+
+
+def test_a_dag_of_short_model_runs_goes_inline(make_server, make_replica):
+    master = make_server()
+    replica = make_replica(master)
+    c = master.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    c.execute_command("AI.MODELSTORE", "m1", "ONNX", "CPU:1", "BLOB", blob("mul"))
+    set_tensor(c, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
+    # LOAD, a model op on CPU, one on CPU:1 reading the first one's output, TENSORGET and PERSIST.
+    args = ("LOAD", 1, "a", "PERSIST", 1, "d", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1,
+            "b", "|>", "AI.MODELEXECUTE", "m1", "INPUTS", 2, "b", "a", "OUTPUTS", 1, "d", "|>",
+            "AI.TENSORGET", "d", "VALUES")
+    before = runs(master)
+    # Enough runs for both models' averages to forget ONNX Runtime's slow first runs.
+    replies = [dag(c, *args) for _ in range(30)]
+    inline, queued = (a - b for a, b in zip(runs(master), before))
+    assert queued >= 3 and inline >= 1 and inline + queued == 30, (inline, queued)
+    # The same reply whether the DAG ran on the workers or inline.
+    assert all(r == [b"OK", b"OK", [b"1", b"8", b"27", b"64"]] for r in replies), replies
+    assert calls(c, "m") == 30 and calls(c, "m1") == 30
+    np.testing.assert_array_equal(get_tensor(c, "d"), [[1.0, 8.0], [27.0, 64.0]])
+    assert c.execute_command("WAIT", 1, 10000) == 1
+    np.testing.assert_array_equal(get_tensor(replica.client(), "d"), [[1.0, 8.0], [27.0, 64.0]])
+    # An error inline is the error of a queued run: the op fails, the ops after it are not run.
+    set_tensor(c, "i", np.array([[1, 2]], dtype=np.int32))
+    before = runs(master)
+    reply = dag(c, "LOAD", 2, "a", "i", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "b",
+                "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "b", "i", "OUTPUTS", 1, "e", "|>",
+                "AI.MODELEXECUTE", "m", "INPUTS", 2, "e", "e", "OUTPUTS", 1, "f")
+    assert runs(master)[0] == before[0] + 1
+    assert reply[0] == b"OK" and isinstance(reply[1], redis.ResponseError) and reply[2] == b"NA", reply
+    assert "Unexpected input data type" in str(reply[1])
+
+
+def test_dags_that_do_not_qualify_are_queued(server):
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    c.execute_command("AI.MODELSTORE", "batched", "ONNX", "CPU", "BATCHSIZE", 4, "BLOB", blob("mul"))
+    set_tensor(c, "a", np.ones((2, 2), dtype=np.float32))
+    for _ in range(5):
+        dag(c, "LOAD", 1, "a", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "b")
+    assert runs(server)[0] >= 1
+    before = runs(server)
+    # A batching model anywhere in the DAG keeps all of it on the workers.
+    for _ in range(5):
+        reply = dag(c, "LOAD", 1, "a", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "b",
+                    "|>", "AI.MODELEXECUTE", "batched", "INPUTS", 2, "b", "b", "OUTPUTS", 1, "d")
+        assert reply == [b"OK", b"OK"]
+    # An input bigger than the model has seen (twice its biggest) waits for a worker too.
+    set_tensor(c, "big", np.ones((64, 64), dtype=np.float32))
+    assert dag(c, "LOAD", 1, "big", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "big", "big", "OUTPUTS", 1,
+               "b") == [b"OK"]
+    assert runs(server) == (before[0], before[1] + 6)
+    # Nothing to run: the DAG is answered at once and counted nowhere.
+    assert dag(c, "LOAD", 1, "a", "|>", "AI.TENSORGET", "a", "META")[0][:2] == [b"dtype", b"FLOAT"]
+    assert runs(server) == (before[0], before[1] + 6)
+
+
+def test_a_dag_whose_second_op_grows_runs_again_on_a_worker_and_counts_once(make_server):
+    s = make_server(module_args=["INLINE_THRESHOLD", "1000"])
+    c = s.client()
+    c.execute_command("AI.MODELSTORE", "first", "ONNX", "CPU", "BLOB", loop_model())
+    c.execute_command("AI.MODELSTORE", "loop", "ONNX", "CPU", "BLOB", loop_model())
+    c.execute_command("AI.TENSORSET", "x", "FLOAT", 1, "VALUES", 2)
+    c.execute_command("AI.TENSORSET", "one", "INT64", "VALUES", 1)
+    c.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 1)
+    args = ("LOAD", 3, "one", "n", "x", "|>", "AI.MODELEXECUTE", "first", "INPUTS", 2, "one", "x", "OUTPUTS", 1,
+            "x2", "|>", "AI.MODELEXECUTE", "loop", "INPUTS", 2, "n", "x2", "OUTPUTS", 1, "y", "|>",
+            "AI.TENSORGET", "y", "VALUES")
+    for _ in range(30):  # enough short runs to forget ONNX Runtime's slow first ones
+        assert dag(c, *args)[2] == [b"4"]
+    inline0, queued0 = runs(s)
+    assert inline0 >= 1
+    # The loop's 300,000 iterations pass the inline limit: the DAG is stopped there and run again on the
+    # workers, from the start, and each model's statistics count this request once.
+    c.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 300000)
+    assert dag(c, *args)[2] == [b"300003"]
+    assert runs(s) == (inline0, queued0 + 1)
+    assert calls(c, "first") == 31 and calls(c, "loop") == 31

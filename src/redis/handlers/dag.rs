@@ -5,7 +5,7 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use super::persist::write_outputs;
-use super::shared::set_caller;
+use super::shared::{run_plan, set_caller};
 use super::Cmd;
 use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind, Resolver};
 use crate::commands::tensor::tensor_reply;
@@ -67,8 +67,7 @@ fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
         reply_dag(c.ctx, &run);
         return Ok(());
     }
-    let blocked = Blocked::new(c.ctx)?;
-    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_dag(ctx, &run)))
+    run_plan(c, plan, reply_dag)
 }
 
 /// One entry per op (`OK`, a TENSORGET reply, an error, or `NA`), PERSIST done only when every op

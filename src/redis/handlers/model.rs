@@ -4,17 +4,14 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{ensure_queue, reply_single_op, set_caller, store_in_background};
+use super::shared::{ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
     concat, modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset_head, parse_modelstore_head, ExecuteArgs,
 };
 use crate::config::CONFIG;
-use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
-use crate::exec::run::Run;
-use crate::exec::{inline, queues};
 use crate::model::{Model, ModelSpec};
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
@@ -86,18 +83,6 @@ pub fn modelrun(c: &Cmd) -> Result<()> {
 
 type ExecuteParser = for<'a> fn(&[&'a [u8]], usize, usize) -> Result<ExecuteArgs<'a>>;
 
-/// Whether this execution runs inline on the main thread (exec/inline.rs), and for how long at most.
-fn inline_ok(model: &Model, plan: &Plan, device: &str) -> Option<std::time::Duration> {
-    let threshold = CONFIG.read().inline_threshold_us;
-    let input_bytes = plan.loaded.iter().map(|(_, t)| t.data().len() as u64).sum();
-    let eligible = model.spec.batch.size == 0
-        && model.spec.device.kind == DeviceKind::Cpu
-        && model.loaded().is_ok_and(|m| m.stops_early())
-        && inline::may_run_inline(&model.history, input_bytes, threshold)
-        && queues().get(device).is_ok_and(|q| q.is_idle());
-    eligible.then(|| inline::inline_limit(threshold))
-}
-
 /// A model execution is a one-op DAG: inputs loaded at parse time, outputs persisted at reply time.
 fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
@@ -116,21 +101,7 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     plan.persist = args.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
     let device = model.spec.device.queue_key();
     ensure_queue(&device)?;
-    let inline = inline_ok(&model, &plan, &device);
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
     set_caller(c, &mut plan, false);
-    if let Some(limit) = inline {
-        match Run::run_inline(plan, limit) {
-            Ok(run) => {
-                inline::count(true);
-                reply_single_op(c.ctx, &run);
-                return Ok(());
-            }
-            // Stopped at the limit: it runs on a worker as if it had not started.
-            Err(p) => plan = *p,
-        }
-    }
-    inline::count(false);
-    let blocked = Blocked::new(c.ctx)?;
-    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
+    run_plan(c, plan, reply_single_op)
 }

@@ -4,15 +4,13 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{ensure_queue, reply_single_op, set_caller, store_in_background};
+use super::shared::{ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::script::{
     parse_scriptexecute, parse_scriptrun, parse_scriptset, parse_scriptstore, scriptget_reply, ScriptCall,
 };
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
-use crate::exec::queues;
-use crate::exec::run::Run;
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
 use crate::redis::script_type::SCRIPT_TYPE;
@@ -85,6 +83,5 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });
     set_caller(c, &mut plan, false);
-    let blocked = Blocked::new(c.ctx)?;
-    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply_single_op(ctx, &run)))
+    run_plan(c, plan, reply_single_op)
 }

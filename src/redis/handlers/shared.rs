@@ -1,5 +1,6 @@
-//! What model and script commands share: building off the main thread and storing on it, and the reply
-//! of a single-op run (MODELEXECUTE, SCRIPTEXECUTE and their deprecated forms).
+//! What model, script and DAG commands share: building off the main thread and storing on it, running a plan
+//! (inline when it is short, else on the workers), and the reply of a single-op run (MODELEXECUTE,
+//! SCRIPTEXECUTE and their deprecated forms).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -7,9 +8,12 @@ use redis_module::raw;
 
 use super::persist::{replicate_argv, write_outputs};
 use super::Cmd;
+use crate::config::CONFIG;
+use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::exec::queues;
+use crate::exec::dag::{OpKind, Plan};
 use crate::exec::run::{OpOutcome, Run};
+use crate::exec::{inline, queues};
 use crate::redis::blocking::Blocked;
 use crate::redis::reply::{error, send};
 use crate::redis::strings::OwnedStrings;
@@ -88,6 +92,50 @@ fn finish_store<V>(
 /// RedisAI creates a device's queue (and its workers) when a model or script is stored for it.
 pub fn ensure_queue(device: &str) -> Result<()> {
     queues().get(device).map(drop).map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))
+}
+
+/// Runs the plan and answers with `reply`: inline on the main thread when the plan is known to be short
+/// (exec/inline.rs), else on the workers while the client is blocked.
+pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(*mut raw::RedisModuleCtx, &Run)) -> Result<()> {
+    if let Some(limit) = inline_limit(&plan) {
+        match Run::run_inline(plan, limit) {
+            Ok(run) => {
+                inline::count(true);
+                reply(c.ctx, &run);
+                return Ok(());
+            }
+            // Stopped at the limit: it runs on the workers as if it had not started.
+            Err(p) => plan = *p,
+        }
+    }
+    inline::count(false);
+    let blocked = Blocked::new(c.ctx)?;
+    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply(ctx, &run)))
+}
+
+/// How long the plan may run inline, if it may: every op runs a model that can be stopped early, on a CPU
+/// queue with nothing queued, without batching, and the models' recent runs are short (exec/inline.rs).
+fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
+    let threshold = CONFIG.read().inline_threshold_us;
+    if threshold == 0 {
+        return None;
+    }
+    let mut ops = Vec::with_capacity(plan.ops.len());
+    for op in &plan.ops {
+        let OpKind::Model { model, inputs, .. } = &op.kind else { return None };
+        let eligible = model.spec.batch.size == 0
+            && model.spec.device.kind == DeviceKind::Cpu
+            && model.loaded().is_ok_and(|m| m.stops_early())
+            && queues().get(&op.device).is_ok_and(|q| q.is_idle());
+        if !eligible {
+            return None;
+        }
+        // Inputs loaded before the run have a known size; the others are checked as their op starts.
+        let known: Option<u64> =
+            inputs.iter().map(|s| plan.loaded.iter().find(|(l, _)| l == s).map(|(_, t)| t.data().len() as u64)).sum();
+        ops.push((&model.history, known));
+    }
+    inline::may_run_inline(ops, threshold).then(|| inline::inline_limit(threshold))
 }
 
 /// `OK` after storing the outputs, `TIMEDOUT`, or the op's error.
