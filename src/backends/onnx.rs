@@ -169,7 +169,7 @@ impl LoadedModel for OnnxModel {
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let values = self.values(inputs)?;
         let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
-        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values, limit, None))?
+        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values, limit).0)?
     }
 
     fn stops_early(&self) -> bool {
@@ -182,37 +182,54 @@ impl LoadedModel for OnnxModel {
             Ok(v) => v,
             Err(e) => return Some(Err(e)),
         };
-        let stopped = Arc::new(AtomicBool::new(false));
-        let result = self.pool.try_with(|session| self.run_on(session, &values, limit, Some(stopped.clone())))?;
-        (!stopped.load(Ordering::Acquire)).then_some(result)
+        let (result, stopped) = self.pool.try_with(|session| self.run_on(session, &values, limit))?;
+        (!stopped).then_some(result)
     }
 }
 
+/// A run's kill switch: the watchdog sets `fired` and ONNX Runtime's terminate flag (one allocation per run).
+struct Stop {
+    options: RunOptions,
+    fired: AtomicBool,
+}
+
 impl OnnxModel {
-    fn values<'t>(&self, inputs: &[&'t Tensor]) -> Result<Vec<SessionInputValue<'t>>> {
+    fn values<'t>(&self, inputs: &[&'t Tensor]) -> Result<smallvec::SmallVec<[SessionInputValue<'t>; 4]>> {
         check_input_count(self.inputs.len(), inputs.len())?;
         inputs.iter().map(|t| to_value(t)).collect()
     }
 
     /// One run, told to stop by the watchdog once `limit` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
-    /// or the inline limit, which also sets `stopped`).
+    /// or the inline limit); with whether the watchdog fired.
     fn run_on(
         &self,
         session: &mut Session,
         values: &[SessionInputValue],
         limit: Duration,
-        stopped: Option<Arc<AtomicBool>>,
-    ) -> Result<Vec<Tensor>> {
-        let options = Arc::new(RunOptions::new().map_err(backend_err)?);
-        let stopper = options.clone();
-        let _watch = watchdog::watch(Instant::now() + limit, move || {
-            if let Some(s) = &stopped {
-                s.store(true, Ordering::Release);
-            }
-            let _ = stopper.terminate();
+    ) -> (Result<Vec<Tensor>>, bool) {
+        let options = match RunOptions::new() {
+            Ok(options) => options,
+            Err(e) => return (Err(backend_err(e)), false),
+        };
+        let stop = Arc::new(Stop { options, fired: AtomicBool::new(false) });
+        let trigger = stop.clone();
+        let watch = watchdog::watch(Instant::now() + limit, move || {
+            trigger.fired.store(true, Ordering::Release);
+            let _ = trigger.options.terminate();
         });
+        let result = self.run_once(session, values, &stop.options);
+        drop(watch);
+        (result, stop.fired.load(Ordering::Acquire))
+    }
+
+    fn run_once(
+        &self,
+        session: &mut Session,
+        values: &[SessionInputValue],
+        options: &RunOptions,
+    ) -> Result<Vec<Tensor>> {
         let before = onnx_alloc::overruns();
-        let outs = session.run_with_options(values, &options);
+        let outs = session.run_with_options(values, options);
         // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why.
         if onnx_alloc::overruns() > before {
             return Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()));

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::model::{parse_modelexecute, parse_modelrun, parse_timeout};
+use super::model::{parse_modelexecute, parse_modelrun, parse_timeout, Keys};
 use super::script::{parse_scriptexecute, parse_scriptrun, ScriptCall};
 use super::tensor::{parse_tensor_args, parse_tensorget_format, GetFormat};
 use super::{is_keyword, KeyAccess};
@@ -72,7 +72,7 @@ fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -
 enum Parsed<'a> {
     Set { key: &'a [u8], tensor: Tensor },
     Get { key: &'a [u8], format: GetFormat },
-    Model { model: Arc<Model>, inputs: Vec<&'a [u8]>, outputs: Vec<&'a [u8]> },
+    Model { model: Arc<Model>, inputs: Keys<'a>, outputs: Keys<'a> },
     Script { script: Arc<Script>, call: ScriptCall<'a> },
 }
 

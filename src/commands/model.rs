@@ -250,8 +250,8 @@ pub fn modelget_reply<'a>(
 /// Input and output keys and TIMEOUT of a model execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecuteArgs<'a> {
-    pub inputs: Vec<&'a [u8]>,
-    pub outputs: Vec<&'a [u8]>,
+    pub inputs: Keys<'a>,
+    pub outputs: Keys<'a>,
     pub timeout: Option<Duration>,
 }
 
@@ -265,7 +265,10 @@ pub fn parse_timeout(value: Option<&&[u8]>) -> Result<Duration> {
 }
 
 /// One `INPUTS|OUTPUTS <n> <key>...` scope of AI.MODELEXECUTE.
-fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected: usize) -> Result<Vec<&'a [u8]>> {
+/// Key names of one scope (a few, on the stack).
+pub type Keys<'a> = smallvec::SmallVec<[&'a [u8]; 4]>;
+
+fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected: usize) -> Result<Keys<'a>> {
     // The error texts' wording, made only on the error paths.
     let lower = || keyword.to_ascii_lowercase();
     let upper = keyword;
@@ -291,7 +294,7 @@ fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected
         err(&format!("number of {what} keys to AI.MODELEXECUTE command does not match the number of given arguments"))
     })?;
     *pos += 2 + n as usize;
-    Ok(keys.to_vec())
+    Ok(keys.iter().copied().collect())
 }
 
 /// `AI.MODELEXECUTE <key> INPUTS <n> <in>... OUTPUTS <n> <out>... [TIMEOUT <ms>]`, after the model was found.
@@ -325,7 +328,8 @@ pub fn parse_modelrun<'a>(argv: &[&'a [u8]], ninputs: usize, noutputs: usize) ->
     }
     let rest = &argv[pos + 1..];
     let out_at = rest.iter().position(|a| is_keyword(a, "OUTPUTS")).ok_or_else(|| err("OUTPUTS not specified"))?;
-    let (inputs, outputs) = (rest[..out_at].to_vec(), rest[out_at + 1..].to_vec());
+    let (inputs, outputs): (Keys, Keys) =
+        (rest[..out_at].iter().copied().collect(), rest[out_at + 1..].iter().copied().collect());
     let differs = |n: usize, expected: usize| expected != crate::model::ANY_COUNT && n != expected;
     if differs(inputs.len(), ninputs) {
         return Err(plain("Number of keys given as INPUTS here does not match model definition"));
@@ -458,14 +462,17 @@ mod tests {
         assert_eq!(e("AI.MODELEXECUTE m INPUTS 2 a b OUTPUTS 1 c TIMEOUT 0"), "ERR Invalid value for TIMEOUT");
         assert_eq!(e("AI.MODELEXECUTE m INPUTS 2 a b OUTPUTS 1 c FOO"), "Invalid argument: FOO");
         let a = parse_modelexecute(&words("AI.MODELEXECUTE m INPUTS 2 a b OUTPUTS 1 c TIMEOUT 5"), 2, 1).unwrap();
-        assert_eq!((a.inputs, a.outputs, a.timeout), (words("a b"), words("c"), Some(Duration::from_millis(5))));
+        assert_eq!(
+            (a.inputs.to_vec(), a.outputs.to_vec(), a.timeout),
+            (words("a b"), words("c"), Some(Duration::from_millis(5)))
+        );
     }
 
     #[test]
     fn modelrun_and_key_positions() {
         use KeyAccess::{Read as R, Write as W};
         let a = parse_modelrun(&words("AI.MODELRUN m TIMEOUT 9 INPUTS a b OUTPUTS c"), 2, 1).unwrap();
-        assert_eq!((a.inputs, a.outputs), (words("a b"), words("c")));
+        assert_eq!((a.inputs.to_vec(), a.outputs.to_vec()), (words("a b"), words("c")));
         assert_eq!(
             modelexecute_key_positions(&words("AI.MODELEXECUTE m INPUTS 2 a b OUTPUTS 1 c TIMEOUT 5")),
             vec![(1, R), (4, R), (5, R), (8, W)]

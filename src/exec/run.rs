@@ -140,7 +140,7 @@ impl Run {
     pub fn run_inline(plan: Plan, limit: std::time::Duration) -> std::result::Result<Run, Box<Plan>> {
         let run = Run::finished(plan);
         let deadline = Instant::now() + limit;
-        let mut samples = Vec::with_capacity(run.plan.ops.len());
+        let mut samples: smallvec::SmallVec<[(usize, Sample); 4]> = smallvec::SmallVec::new();
         let stopped = {
             let mut st = run.state.lock();
             let mut stopped = false;
@@ -149,7 +149,8 @@ impl Run {
                     stopped = true;
                     break;
                 };
-                let loaded: Option<Vec<Arc<Tensor>>> = inputs.iter().map(|&s| st.slots[s].clone()).collect();
+                let loaded: Option<smallvec::SmallVec<[Arc<Tensor>; 4]>> =
+                    inputs.iter().map(|&s| st.slots[s].clone()).collect();
                 let left = deadline.saturating_duration_since(Instant::now());
                 let Some(loaded) = loaded.filter(|l| !left.is_zero() && model.history.fits(input_bytes(l))) else {
                     stopped = true;
@@ -429,7 +430,7 @@ fn run_model(
     inputs: &[Arc<Tensor>],
     runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
 ) -> Option<(Result<Vec<Arc<Tensor>>>, Sample)> {
-    let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
+    let refs: smallvec::SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
     let start = Instant::now();
     let result = match model.loaded() {
         Ok(m) => runner(m, &refs)?,

@@ -1,7 +1,6 @@
 //! The kill switch's clock: callbacks that fire once a deadline passes (MODEL_EXECUTION_TIMEOUT). One
 //! thread sleeps on a condition variable until the earliest deadline; nothing polls.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,9 @@ type Callback = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct State {
     next_id: u64,
-    items: BTreeMap<u64, (Instant, Callback)>,
+    /// Registered deadlines `(id, deadline, callback)`: a few at a time (one per running model), kept in a
+    /// vector whose capacity stays, so that registering a run allocates nothing but its callback.
+    items: Vec<(u64, Instant, Callback)>,
     started: bool,
     /// When the watchdog thread wakes next (None: it sleeps until notified). A new deadline later than this
     /// needs no wake-up, so the common case (every run has the same limit) costs no context switch.
@@ -42,7 +43,11 @@ pub struct Watch(u64);
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        WATCHDOG.state.lock().items.remove(&self.0);
+        let mut st = WATCHDOG.state.lock();
+        let cancelled = st.items.iter().position(|(id, _, _)| *id == self.0).map(|i| st.items.swap_remove(i));
+        drop(st);
+        // The callback (and what it holds) is dropped outside the lock.
+        drop(cancelled);
     }
 }
 
@@ -52,7 +57,7 @@ pub fn watch(deadline: Instant, on_expiry: impl FnOnce() + Send + 'static) -> Wa
     let mut st = dog.state.lock();
     st.next_id += 1;
     let id = st.next_id;
-    st.items.insert(id, (deadline, Box::new(on_expiry)));
+    st.items.push((id, deadline, Box::new(on_expiry)));
     if !st.started {
         let worker = dog.clone();
         st.started = std::thread::Builder::new().name("ai:watchdog".into()).spawn(move || worker.run()).is_ok();
@@ -74,8 +79,15 @@ impl Watchdog {
         let mut st = self.state.lock();
         loop {
             let now = Instant::now();
-            let expired: Vec<u64> = st.items.iter().filter(|(_, (d, _))| *d <= now).map(|(&id, _)| id).collect();
-            let due: Vec<Callback> = expired.iter().filter_map(|id| st.items.remove(id)).map(|(_, cb)| cb).collect();
+            let mut due: Vec<Callback> = Vec::new();
+            let mut i = 0;
+            while i < st.items.len() {
+                if st.items[i].1 <= now {
+                    due.push(st.items.swap_remove(i).2);
+                } else {
+                    i += 1;
+                }
+            }
             if !due.is_empty() {
                 drop(st);
                 for cb in due {
@@ -85,7 +97,7 @@ impl Watchdog {
                 continue;
             }
             let tick = st.tick_until.filter(|&t| t > now).map(|_| now + TICK);
-            st.wake_at = st.items.values().map(|(d, _)| *d).chain(tick).min();
+            st.wake_at = st.items.iter().map(|(_, d, _)| *d).chain(tick).min();
             st.sleeping = true;
             match st.wake_at {
                 Some(d) => {

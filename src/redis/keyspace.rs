@@ -25,9 +25,12 @@ impl Key {
 
     /// Opens a key given by name (not an argv string), e.g. an input or output of a run.
     pub fn open_name(ctx: *mut raw::RedisModuleCtx, name: &[u8], write: bool) -> Key {
-        let s = super::strings::OwnedStrings::new(&[name]);
-        // OpenKey takes its own reference to the name, so ours can go when `s` drops.
-        Key::open(ctx, s.0[0], write)
+        // SAFETY: a NULL context makes a string we own; Redis copies the `name.len()` bytes.
+        let s = unsafe { api!(RedisModule_CreateString)(std::ptr::null_mut(), name.as_ptr().cast(), name.len()) };
+        let key = Key::open(ctx, s, write);
+        // SAFETY: `s` was created above with a NULL context and is freed once; OpenKey took its own reference.
+        unsafe { api!(RedisModule_FreeString)(std::ptr::null_mut(), s) };
+        key
     }
 
     /// Deletes the key (opened for writing).

@@ -10,8 +10,15 @@ use crate::reply::Reply;
 pub fn send(ctx: *mut raw::RedisModuleCtx, r: &Reply) {
     match r {
         Reply::Simple(s) => {
-            let s = CString::new(*s).unwrap_or_default();
-            raw::reply_with_simple_string(ctx, s.as_ptr());
+            // NUL-terminated on the stack: "OK" is the most common reply of all.
+            let mut buf = [0u8; 64];
+            if s.len() < buf.len() && !s.contains('\0') {
+                buf[..s.len()].copy_from_slice(s.as_bytes());
+                raw::reply_with_simple_string(ctx, buf.as_ptr().cast());
+            } else {
+                let s = CString::new(*s).unwrap_or_default();
+                raw::reply_with_simple_string(ctx, s.as_ptr());
+            }
         }
         Reply::Int(i) => {
             raw::reply_with_long_long(ctx, *i);

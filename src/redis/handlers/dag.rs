@@ -15,7 +15,6 @@ use crate::exec::queues;
 use crate::exec::run::{OpOutcome, Run};
 use crate::model::Model;
 use crate::redis::blocking::Blocked;
-use crate::redis::keyspace::Key;
 use crate::redis::model_type::MODEL_TYPE;
 use crate::redis::reply::send;
 use crate::redis::script_type::SCRIPT_TYPE;
@@ -24,17 +23,17 @@ use crate::reply::Reply;
 use crate::script::Script;
 use crate::tensor::Tensor;
 
-struct Keyspace(*mut raw::RedisModuleCtx);
+struct Keyspace<'c, 'a>(&'c Cmd<'a>);
 
-impl Resolver for Keyspace {
+impl Resolver for Keyspace<'_, '_> {
     fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
-        Key::open_name(self.0, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)
+        self.0.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)
     }
     fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
-        Key::open_name(self.0, key, false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
+        self.0.open_key(key, false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
     }
     fn script(&self, key: &[u8]) -> Result<Arc<Script>> {
-        Key::open_name(self.0, key, false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)
+        self.0.open_key(key, false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)
     }
 }
 
@@ -54,7 +53,7 @@ pub fn dagrun_ro(c: &Cmd) -> Result<()> {
 fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
     crate::redis::memory::check_room(c.ctx, dag_zero_filled_bytes(&c.args))?;
-    let mut plan = parse_dag(&c.args, kind, &Keyspace(c.ctx))?;
+    let mut plan = parse_dag(&c.args, kind, &Keyspace(c))?;
     set_caller(c, &mut plan, matches!(kind, DagKind::ExecuteRo | DagKind::RunRo));
     for op in &plan.ops {
         queues()

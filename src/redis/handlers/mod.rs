@@ -22,7 +22,7 @@ mod tensor;
 pub struct Cmd<'a> {
     pub ctx: *mut raw::RedisModuleCtx,
     pub raw: &'a [*mut raw::RedisModuleString],
-    pub args: Vec<&'a [u8]>,
+    pub args: smallvec::SmallVec<[&'a [u8]; 24]>,
 }
 
 impl Cmd<'_> {
@@ -31,6 +31,16 @@ impl Cmd<'_> {
     }
     fn replicate_verbatim(&self) {
         raw::replicate_verbatim(self.ctx);
+    }
+    /// Opens a key named by one of this command's arguments (a slice of `args`) through its argv string, so
+    /// that no string is made for it; any other name through a new string.
+    fn open_key(&self, name: &[u8], write: bool) -> crate::redis::keyspace::Key {
+        use crate::redis::keyspace::Key;
+        let argv = self.args.iter().zip(self.raw).find(|(a, _)| std::ptr::eq(**a, name)).map(|(_, r)| *r);
+        match argv {
+            Some(r) => Key::open(self.ctx, r, write),
+            None => Key::open_name(self.ctx, name, write),
+        }
     }
     /// The client's selected database.
     fn db(&self) -> i32 {

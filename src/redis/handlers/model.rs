@@ -92,7 +92,7 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     let mut plan = Plan { timeout: args.timeout, ..Plan::default() };
     let mut inputs = Vec::with_capacity(args.inputs.len());
     for key in &args.inputs {
-        let t = Key::open_name(c.ctx, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
+        let t = c.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
         let s = plan.new_slot();
         plan.loaded.push((s, t));
         inputs.push(s);

@@ -14,6 +14,14 @@ use crate::tensor::Tensor;
 
 /// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
 pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(Vec<u8>, Arc<Tensor>)]) -> Result<()> {
+    if let [(key, t)] = outputs {
+        // One key: opened once, its type checked before anything is written.
+        let k = Key::open_name(ctx, key, true);
+        k.check_type(&TENSOR_TYPE)?;
+        k.set(&TENSOR_TYPE, t.clone())?;
+        replicate_tensorset(ctx, key, t);
+        return Ok(());
+    }
     for (key, _) in outputs {
         Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
     }

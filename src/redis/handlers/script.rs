@@ -72,7 +72,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     let mut plan = Plan { timeout: call.timeout, ..Plan::default() };
     let mut inputs = Vec::with_capacity(call.inputs.len());
     for key in &call.inputs {
-        let t = Key::open_name(c.ctx, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
+        let t = c.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
         let s = plan.new_slot();
         plan.loaded.push((s, t));
         inputs.push(s);

@@ -120,7 +120,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
     if threshold == 0 {
         return None;
     }
-    let mut ops = Vec::with_capacity(plan.ops.len());
+    let mut ops: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
     for op in &plan.ops {
         let OpKind::Model { model, inputs, .. } = &op.kind else { return None };
         let eligible = model.spec.batch.size == 0
