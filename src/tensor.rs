@@ -224,9 +224,10 @@ impl Tensor {
     }
 
     /// From raw bytes as sent after BLOB (or stored in the RDB).
-    pub fn from_blob(dtype: DataType, shape: Vec<i64>, blob: &[u8]) -> Result<Tensor> {
-        let offsets = Tensor::check_blob(dtype, &shape, blob)?;
-        Ok(Tensor::assemble(dtype, &shape, &offsets, &[blob]))
+    pub fn from_blob(dtype: DataType, shape: impl AsRef<[i64]>, blob: &[u8]) -> Result<Tensor> {
+        let shape = shape.as_ref();
+        let offsets = Tensor::check_blob(dtype, shape, blob)?;
+        Ok(Tensor::assemble(dtype, shape, &offsets, &[blob]))
     }
 
     /// Like `from_blob`, keeping `blob`'s bytes where they are instead of copying them.

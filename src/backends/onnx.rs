@@ -294,10 +294,10 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
         ($ty:ty, $dt:expr) => {{
             let (shape, data) = v.try_extract_tensor::<$ty>().map_err(backend_err)?;
             if cfg!(target_endian = "little") {
-                Tensor::from_blob($dt, shape.to_vec(), bytemuck::cast_slice(data))
+                Tensor::from_blob($dt, &shape[..], bytemuck::cast_slice(data))
             } else {
                 let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-                Tensor::from_blob($dt, shape.to_vec(), &bytes)
+                Tensor::from_blob($dt, &shape[..], &bytes)
             }
         }};
     }
@@ -313,7 +313,7 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
         TensorElementType::Bool => {
             let (shape, data) = v.try_extract_tensor::<bool>().map_err(backend_err)?;
             // A `bool` is one byte, 0 or 1: the BOOL tensor layout.
-            Tensor::from_blob(DataType::Bool, shape.to_vec(), bytemuck::cast_slice::<bool, u8>(data))
+            Tensor::from_blob(DataType::Bool, &shape[..], bytemuck::cast_slice::<bool, u8>(data))
         }
         TensorElementType::String => {
             let (shape, strings) = v.try_extract_strings().map_err(backend_err)?;
@@ -322,7 +322,7 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
                 bytes.extend_from_slice(s.as_bytes());
                 bytes.push(0);
             }
-            Tensor::from_blob(DataType::String, shape.to_vec(), &bytes)
+            Tensor::from_blob(DataType::String, &shape[..], &bytes)
         }
         other => Err(Error::Plain(format!("ONNX model returned a tensor of unsupported type {other:?}"))),
     }

@@ -9,7 +9,7 @@ use super::script::{parse_scriptexecute, parse_scriptrun, ScriptCall};
 use super::tensor::{parse_tensor_args, parse_tensorget_format, GetFormat};
 use super::{is_keyword, KeyAccess};
 use crate::error::{Error, Result};
-use crate::exec::dag::{Op, OpKind, Plan, ReplyItem, Slot};
+use crate::exec::dag::{Op, OpKind, Plan, ReplyItem, Slot, Slots};
 use crate::model::Model;
 use crate::script::Script;
 use crate::tensor::{parse_i64, Tensor};
@@ -280,11 +280,11 @@ fn bind<'a>(
     names: &mut HashMap<&'a [u8], Slot>,
     inputs: &[&'a [u8]],
     outputs: &[&'a [u8]],
-) -> Result<(Vec<Slot>, Vec<Slot>)> {
+) -> Result<(Slots, Slots)> {
     let ins = inputs
         .iter()
         .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Slots>>()?;
     let outs = outputs
         .iter()
         .map(|k| {

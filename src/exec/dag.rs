@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::commands::script::ScriptCall;
 use crate::commands::tensor::GetFormat;
 use crate::model::Model;
@@ -12,22 +14,25 @@ use crate::tensor::Tensor;
 /// Index of a tensor slot. Every slot is written at most once (by LOAD or by one op).
 pub type Slot = usize;
 
+/// An op's input or output slots (a few: on the stack).
+pub type Slots = SmallVec<[Slot; 4]>;
+
 /// An op that runs on a device queue. (A DAG's TENSORSET is done at parse time and its TENSORGET at
 /// reply time, as in RedisAI 1.2.5+: neither needs a worker.)
 pub enum OpKind {
     Model {
         model: Arc<Model>,
-        inputs: Vec<Slot>,
-        outputs: Vec<Slot>,
+        inputs: Slots,
+        outputs: Slots,
     },
     Script {
         script: Arc<Script>,
         function: Vec<u8>,
         style: CallStyle,
-        inputs: Vec<Slot>,
+        inputs: Slots,
         keys: Vec<Vec<u8>>,
         args: Vec<Vec<u8>>,
-        outputs: Vec<Slot>,
+        outputs: Slots,
     },
 }
 
@@ -41,7 +46,7 @@ impl OpKind {
     /// A script call (AI.SCRIPTEXECUTE / AI.SCRIPTRUN) reading `inputs` and writing `outputs`. As in RedisAI,
     /// AI.SCRIPTEXECUTE of a function that is not an entry point (e.g. in a script stored with AI.SCRIPTSET)
     /// makes a best-effort positional call.
-    pub fn script(script: Arc<Script>, call: &ScriptCall, inputs: Vec<Slot>, outputs: Vec<Slot>) -> OpKind {
+    pub fn script(script: Arc<Script>, call: &ScriptCall, inputs: Slots, outputs: Slots) -> OpKind {
         let entry_point = script.spec.entry_points.iter().any(|e| e.as_bytes() == call.function);
         let style = match call.style {
             CallStyle::EntryPoint if !entry_point => CallStyle::Positional { list_from: None },
@@ -85,11 +90,11 @@ pub enum ReplyItem {
 
 #[derive(Default)]
 pub struct Plan {
-    pub ops: Vec<Op>,
-    pub replies: Vec<ReplyItem>,
+    pub ops: SmallVec<[Op; 2]>,
+    pub replies: SmallVec<[ReplyItem; 4]>,
     pub slots: usize,
     /// Tensors present before any op runs (LOAD, and the inputs of MODELEXECUTE).
-    pub loaded: Vec<(Slot, Arc<Tensor>)>,
+    pub loaded: SmallVec<[(Slot, Arc<Tensor>); 4]>,
     /// Keys written at reply time, with the slot holding each one's final value.
     pub persist: Vec<(Vec<u8>, Slot)>,
     /// Longest time the run may wait before an op starts (RedisAI's TIMEOUT).

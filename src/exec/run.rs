@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use super::batch::{BatchKey, Queued};
 use super::dag::{OpKind, Plan};
@@ -27,9 +28,12 @@ pub enum OpOutcome {
 
 type Completion = Box<dyn FnOnce(Arc<Run>) + Send>;
 
+/// An op's input or output tensors (a few: on the stack).
+type Tensors = SmallVec<[Arc<Tensor>; 4]>;
+
 struct State {
-    slots: Vec<Option<Arc<Tensor>>>,
-    outcomes: Vec<OpOutcome>,
+    slots: SmallVec<[Option<Arc<Tensor>>; 8]>,
+    outcomes: SmallVec<[OpOutcome; 2]>,
     parked: Vec<Entry>,
     failed: bool,
 }
@@ -63,14 +67,14 @@ impl Run {
             .map(|(d, _)| queues.get(d))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
-        let mut slots = vec![None; plan.slots];
+        let mut slots = smallvec::smallvec![None; plan.slots];
         for (s, t) in &plan.loaded {
             slots[*s] = Some(t.clone());
         }
         let run = Arc::new(Run {
             state: Mutex::new(State {
                 slots,
-                outcomes: vec![OpOutcome::NotRun; plan.ops.len()],
+                outcomes: smallvec::smallvec![OpOutcome::NotRun; plan.ops.len()],
                 parked: Vec::new(),
                 failed: false,
             }),
@@ -95,14 +99,14 @@ impl Run {
 
     /// A run with nothing to queue (a DAG of TENSORSET/TENSORGET only), complete as it is.
     pub fn finished(plan: Plan) -> Run {
-        let mut slots = vec![None; plan.slots];
+        let mut slots = smallvec::smallvec![None; plan.slots];
         for (s, t) in &plan.loaded {
             slots[*s] = Some(t.clone());
         }
         Run {
             state: Mutex::new(State {
                 slots,
-                outcomes: vec![OpOutcome::NotRun; plan.ops.len()],
+                outcomes: smallvec::smallvec![OpOutcome::NotRun; plan.ops.len()],
                 parked: Vec::new(),
                 failed: false,
             }),
@@ -231,7 +235,7 @@ impl Entry {
     /// Skips a failed or timed-out run, parks an entry whose inputs are missing, or returns the inputs.
     /// One lock decides all three: a producer that fails (or a run that times out) between "inputs
     /// missing" and "parked" would otherwise leave this entry parked with nobody left to wake it.
-    fn prepare(self) -> Option<(Entry, Vec<Arc<Tensor>>)> {
+    fn prepare(self) -> Option<(Entry, Tensors)> {
         let run = self.run.clone();
         let mut st = run.state.lock();
         let finish = if st.failed || run.timed_out() {
@@ -264,7 +268,7 @@ impl Entry {
     }
 
     /// Records the op's result, wakes parked entries, and goes on with this device's next op or finishes.
-    fn complete(mut self, result: Result<Vec<Arc<Tensor>>>) {
+    fn complete(mut self, result: Result<Tensors>) {
         let op_index = self.op_index();
         let (parked, failed) = {
             let run = &self.run;
@@ -349,7 +353,7 @@ impl Queued for Entry {
 /// Runs the current ops of `entries` (same model, compatible inputs) as one batch: inputs joined on
 /// dimension 0, one backend run, outputs split back per request. A failure reaches every request.
 pub fn step_batch(entries: Vec<Entry>) {
-    let ready: Vec<(Entry, Vec<Arc<Tensor>>)> = entries.into_iter().filter_map(Entry::prepare).collect();
+    let ready: Vec<(Entry, Tensors)> = entries.into_iter().filter_map(Entry::prepare).collect();
     let Some(model) = ready.first().and_then(|(e, _)| match &e.run.plan.ops[e.op_index()].kind {
         OpKind::Model { model, .. } => Some(model.clone()),
         OpKind::Script { .. } => None,
@@ -388,7 +392,7 @@ pub fn step_batch(entries: Vec<Entry>) {
         let mine = result
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|outs| outs.iter().map(|t| t.slice_dim0(offset, n).map(Arc::new)).collect::<Result<Vec<_>>>());
+            .and_then(|outs| outs.iter().map(|t| t.slice_dim0(offset, n).map(Arc::new)).collect::<Result<Tensors>>());
         offset += n;
         // Each request is charged the whole batch's time and its own samples, as RedisAI did.
         match &mine {
@@ -429,7 +433,7 @@ fn run_model(
     noutputs: usize,
     inputs: &[Arc<Tensor>],
     runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
-) -> Option<(Result<Vec<Arc<Tensor>>>, Sample)> {
+) -> Option<(Result<Tensors>, Sample)> {
     let refs: smallvec::SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
     let start = Instant::now();
     let result = match model.loaded() {
@@ -455,7 +459,7 @@ fn run_model(
 }
 
 /// Runs one op on the calling worker thread.
-fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Vec<Arc<Tensor>>> {
+fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Tensors> {
     match op {
         OpKind::Model { model, outputs, .. } => {
             match run_model(model, outputs.len(), inputs, |m, refs| Some(m.run(refs))) {
@@ -601,7 +605,11 @@ mod tests {
                 let v = inputs.iter().map(|&i| expected[i]).sum::<Option<f64>>().filter(|_| !fail).map(|s| s + 1.0);
                 expected.push(v);
                 plan.ops.push(Op {
-                    kind: OpKind::Model { model: model.clone(), inputs, outputs: vec![out] },
+                    kind: OpKind::Model {
+                        model: model.clone(),
+                        inputs: inputs.into(),
+                        outputs: smallvec::smallvec![out],
+                    },
                     device: dev.to_string(),
                 });
                 runs.push(counter);
@@ -680,11 +688,11 @@ mod tests {
             let (a, b, c) = (plan.new_slot(), plan.new_slot(), plan.new_slot());
             plan.loaded.push((a, Arc::new(scalar(1.0))));
             let op = |model, inputs, out| Op {
-                kind: OpKind::Model { model, inputs, outputs: vec![out] },
+                kind: OpKind::Model { model, inputs, outputs: smallvec::smallvec![out] },
                 device: "CPU".to_string(),
             };
-            plan.ops.push(op(first.clone(), vec![a, a], b));
-            plan.ops.push(op(second, vec![b, a], c));
+            plan.ops.push(op(first.clone(), smallvec::smallvec![a, a], b));
+            plan.ops.push(op(second, smallvec::smallvec![b, a], c));
             (plan, c)
         };
         // Inline runs are for models with a history of runs on inputs of this size (16 bytes).
@@ -724,7 +732,10 @@ mod tests {
         let s = plan.new_slot();
         plan.loaded.push((s, Arc::new(scalar(0.0))));
         let out = plan.new_slot();
-        plan.ops.push(Op { kind: OpKind::Model { model, inputs: vec![s], outputs: vec![out] }, device: "CPU".into() });
+        plan.ops.push(Op {
+            kind: OpKind::Model { model, inputs: smallvec::smallvec![s], outputs: smallvec::smallvec![out] },
+            device: "CPU".into(),
+        });
         std::thread::sleep(Duration::from_millis(2));
         let (tx, rx) = mpsc::channel();
         Run::submit(plan, &queues, move |run| tx.send(run.timed_out()).unwrap()).unwrap();
@@ -755,11 +766,19 @@ mod tests {
             plan.loaded.push((a, Arc::new(scalar(0.0))));
             let (b, c) = (plan.new_slot(), plan.new_slot());
             plan.ops.push(Op {
-                kind: OpKind::Model { model: producer.clone(), inputs: vec![a], outputs: vec![b] },
+                kind: OpKind::Model {
+                    model: producer.clone(),
+                    inputs: smallvec::smallvec![a],
+                    outputs: smallvec::smallvec![b],
+                },
                 device: "CPU".into(),
             });
             plan.ops.push(Op {
-                kind: OpKind::Model { model: consumer.clone(), inputs: vec![b], outputs: vec![c] },
+                kind: OpKind::Model {
+                    model: consumer.clone(),
+                    inputs: smallvec::smallvec![b],
+                    outputs: smallvec::smallvec![c],
+                },
                 device: "CPU:1".into(),
             });
             let (tx, rx) = mpsc::channel();

@@ -76,38 +76,32 @@ fn reply_dag(ctx: *mut raw::RedisModuleCtx, run: &Run) {
         return send(ctx, &Reply::Simple("TIMEDOUT"));
     }
     let plan = &run.plan;
-    let fetched: Vec<Option<Arc<Tensor>>> = plan
-        .replies
-        .iter()
-        .map(|item| match item {
-            ReplyItem::Get { slot, .. } => run.slot(*slot),
-            _ => None,
-        })
-        .collect();
-    let mut out: Vec<Reply> = plan
-        .replies
-        .iter()
-        .zip(&fetched)
-        .map(|(item, tensor)| match (item, tensor) {
-            (ReplyItem::Ok, _) => Reply::OK,
-            (ReplyItem::Get { format, .. }, Some(t)) => tensor_reply(t, *format),
-            (ReplyItem::Get { .. }, None) => Reply::Simple("NA"),
-            (ReplyItem::Op(i), _) => match run.outcome(*i) {
-                OpOutcome::Done => Reply::OK,
-                OpOutcome::Failed(e) => Reply::Error(e),
-                OpOutcome::NotRun => Reply::Simple("NA"),
-            },
-        })
-        .collect();
+    // PERSIST first: a failure there is the reply's last entry. The entries are then sent one by one.
+    let mut persist_error = None;
     if !run.failed() && !plan.persist.is_empty() {
         let outputs: Option<Vec<(Vec<u8>, Arc<Tensor>)>> =
             plan.persist.iter().map(|(k, s)| run.slot(*s).map(|t| (k.clone(), t))).collect();
-        let result = outputs
+        persist_error = outputs
             .ok_or_else(|| Error::Generic("PERSIST key cannot be found in DAG".into()))
-            .and_then(|o| write_outputs(ctx, &o));
-        if let Err(e) = result {
-            out.push(Reply::Error(e));
+            .and_then(|o| write_outputs(ctx, &o))
+            .err();
+    }
+    raw::reply_with_array(ctx, (plan.replies.len() + usize::from(persist_error.is_some())) as std::ffi::c_long);
+    for item in &plan.replies {
+        match item {
+            ReplyItem::Ok => send(ctx, &Reply::OK),
+            ReplyItem::Get { slot, format } => match run.slot(*slot) {
+                Some(t) => send(ctx, &tensor_reply(&t, *format)),
+                None => send(ctx, &Reply::Simple("NA")),
+            },
+            ReplyItem::Op(i) => match run.outcome(*i) {
+                OpOutcome::Done => send(ctx, &Reply::OK),
+                OpOutcome::Failed(e) => send(ctx, &Reply::Error(e)),
+                OpOutcome::NotRun => send(ctx, &Reply::Simple("NA")),
+            },
         }
     }
-    send(ctx, &Reply::Array(out));
+    if let Some(e) = persist_error {
+        send(ctx, &Reply::Error(e));
+    }
 }

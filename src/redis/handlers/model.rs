@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
+use super::shared::{bind_keys, ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
     concat, modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset_head, parse_modelstore_head, ExecuteArgs,
@@ -16,7 +16,6 @@ use crate::model::{Model, ModelSpec};
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
 use crate::redis::model_type::MODEL_TYPE;
-use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 use crate::stats;
 
@@ -90,15 +89,7 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     let (ni, no) = model.io_counts();
     let args = parse(&c.args, ni, no)?;
     let mut plan = Plan { timeout: args.timeout, ..Plan::default() };
-    let mut inputs = Vec::with_capacity(args.inputs.len());
-    for key in &args.inputs {
-        let t = c.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
-        let s = plan.new_slot();
-        plan.loaded.push((s, t));
-        inputs.push(s);
-    }
-    let outputs: Vec<usize> = args.outputs.iter().map(|_| plan.new_slot()).collect();
-    plan.persist = args.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
+    let (inputs, outputs) = bind_keys(c, &mut plan, &args.inputs, &args.outputs)?;
     let device = model.spec.device.queue_key();
     ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
+use super::shared::{bind_keys, ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::script::{
     parse_scriptexecute, parse_scriptrun, parse_scriptset, parse_scriptstore, scriptget_reply, ScriptCall,
@@ -14,7 +14,6 @@ use crate::exec::dag::{Op, OpKind, Plan};
 use crate::redis::blocking::Blocked;
 use crate::redis::keyspace::Key;
 use crate::redis::script_type::SCRIPT_TYPE;
-use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 use crate::script::Script;
 use crate::stats;
@@ -70,15 +69,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     let script = Key::open(c.ctx, c.raw[1], false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)?;
     let call = parse(&c.args)?;
     let mut plan = Plan { timeout: call.timeout, ..Plan::default() };
-    let mut inputs = Vec::with_capacity(call.inputs.len());
-    for key in &call.inputs {
-        let t = c.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
-        let s = plan.new_slot();
-        plan.loaded.push((s, t));
-        inputs.push(s);
-    }
-    let outputs: Vec<usize> = call.outputs.iter().map(|_| plan.new_slot()).collect();
-    plan.persist = call.outputs.iter().map(|k| k.to_vec()).zip(outputs.iter().copied()).collect();
+    let (inputs, outputs) = bind_keys(c, &mut plan, &call.inputs, &call.outputs)?;
     let device = script.queue_key();
     ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });

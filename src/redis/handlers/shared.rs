@@ -11,12 +11,13 @@ use super::Cmd;
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::exec::dag::{OpKind, Plan};
+use crate::exec::dag::{OpKind, Plan, Slots};
 use crate::exec::run::{OpOutcome, Run};
 use crate::exec::{inline, queues};
 use crate::redis::blocking::Blocked;
 use crate::redis::reply::{error, send};
 use crate::redis::strings::OwnedStrings;
+use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 
 /// Stores a built value under the key (on the main thread): the caller's checks, then the command is
@@ -92,6 +93,20 @@ fn finish_store<V>(
 /// RedisAI creates a device's queue (and its workers) when a model or script is stored for it.
 pub fn ensure_queue(device: &str) -> Result<()> {
     queues().get(device).map(drop).map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))
+}
+
+/// A single-op plan's slots: each input key's tensor loaded, each output a fresh slot persisted to its key.
+pub fn bind_keys(c: &Cmd, plan: &mut Plan, inputs: &[&[u8]], outputs: &[&[u8]]) -> Result<(Slots, Slots)> {
+    let mut ins = Slots::new();
+    for key in inputs {
+        let t = c.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)?;
+        let s = plan.new_slot();
+        plan.loaded.push((s, t));
+        ins.push(s);
+    }
+    let outs: Slots = outputs.iter().map(|_| plan.new_slot()).collect();
+    plan.persist = outputs.iter().map(|k| k.to_vec()).zip(outs.iter().copied()).collect();
+    Ok((ins, outs))
 }
 
 /// Runs the plan and answers with `reply`: inline on the main thread when the plan is known to be short
