@@ -378,18 +378,23 @@ impl Tensor {
 
     /// Every element, as the VALUES reply gives it.
     pub fn values(&self) -> Vec<Value<'_>> {
-        let d = self.data();
-        let n = self.len();
+        (0..self.len()).map(|i| self.value_at(i)).collect()
+    }
+
+    /// Element `i` (< `len()`), as AI.TENSORGET VALUES replies it.
+    pub fn value_at(&self, i: usize) -> Value<'_> {
+        let n = self.dtype.elem_size();
+        let d = &self.data()[i * n..];
         match self.dtype {
-            DataType::String => (0..n).map(|i| Value::Str(self.string_at(i))).collect(),
-            DataType::Float => d.chunks_exact(4).map(|c| Value::Double(f32::from_le_bytes(arr(c)) as f64)).collect(),
-            DataType::Double => d.chunks_exact(8).map(|c| Value::Double(f64::from_le_bytes(arr(c)))).collect(),
-            DataType::Int8 => d.iter().map(|&b| Value::Int(b as i8 as i64)).collect(),
-            DataType::Uint8 | DataType::Bool => d.iter().map(|&b| Value::Int(b as i64)).collect(),
-            DataType::Int16 => d.chunks_exact(2).map(|c| Value::Int(i16::from_le_bytes(arr(c)) as i64)).collect(),
-            DataType::Uint16 => d.chunks_exact(2).map(|c| Value::Int(u16::from_le_bytes(arr(c)) as i64)).collect(),
-            DataType::Int32 => d.chunks_exact(4).map(|c| Value::Int(i32::from_le_bytes(arr(c)) as i64)).collect(),
-            DataType::Int64 => d.chunks_exact(8).map(|c| Value::Int(i64::from_le_bytes(arr(c)))).collect(),
+            DataType::String => Value::Str(self.string_at(i)),
+            DataType::Float => Value::Double(f32::from_le_bytes(arr(&d[..4])) as f64),
+            DataType::Double => Value::Double(f64::from_le_bytes(arr(&d[..8]))),
+            DataType::Int8 => Value::Int(d[0] as i8 as i64),
+            DataType::Uint8 | DataType::Bool => Value::Int(d[0] as i64),
+            DataType::Int16 => Value::Int(i16::from_le_bytes(arr(&d[..2])) as i64),
+            DataType::Uint16 => Value::Int(u16::from_le_bytes(arr(&d[..2])) as i64),
+            DataType::Int32 => Value::Int(i32::from_le_bytes(arr(&d[..4])) as i64),
+            DataType::Int64 => Value::Int(i64::from_le_bytes(arr(&d[..8]))),
         }
     }
 }

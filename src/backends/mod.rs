@@ -45,9 +45,9 @@ pub trait LoadedModel: Send + Sync {
         false
     }
 
-    /// `run`, stopped once `limit` has passed: `None` then (the run had no effect; the caller queues it).
-    fn run_within(&self, inputs: &[&Tensor], limit: std::time::Duration) -> Option<Result<Vec<Tensor>>> {
-        let _ = limit;
+    /// `run`, stopped once `deadline` has passed: `None` then (the run had no effect; the caller queues it).
+    fn run_within(&self, inputs: &[&Tensor], deadline: std::time::Instant) -> Option<Result<Vec<Tensor>>> {
+        let _ = deadline;
         Some(self.run(inputs))
     }
 }

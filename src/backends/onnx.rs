@@ -169,20 +169,20 @@ impl LoadedModel for OnnxModel {
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let values = self.values(inputs)?;
         let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
-        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values, limit).0)?
+        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values, Instant::now() + limit).0)?
     }
 
     fn stops_early(&self) -> bool {
         true
     }
 
-    /// Only with a session already built (building one would take the main thread far past `limit`).
-    fn run_within(&self, inputs: &[&Tensor], limit: Duration) -> Option<Result<Vec<Tensor>>> {
+    /// Only with a session already built (building one would take the main thread far past the deadline).
+    fn run_within(&self, inputs: &[&Tensor], deadline: Instant) -> Option<Result<Vec<Tensor>>> {
         let values = match self.values(inputs) {
             Ok(v) => v,
             Err(e) => return Some(Err(e)),
         };
-        let (result, stopped) = self.pool.try_with(|session| self.run_on(session, &values, limit))?;
+        let (result, stopped) = self.pool.try_with(|session| self.run_on(session, &values, deadline))?;
         (!stopped).then_some(result)
     }
 }
@@ -199,13 +199,13 @@ impl OnnxModel {
         inputs.iter().map(|t| to_value(t)).collect()
     }
 
-    /// One run, told to stop by the watchdog once `limit` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
+    /// One run, told to stop by the watchdog once `deadline` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
     /// or the inline limit); with whether the watchdog fired.
     fn run_on(
         &self,
         session: &mut Session,
         values: &[SessionInputValue],
-        limit: Duration,
+        deadline: Instant,
     ) -> (Result<Vec<Tensor>>, bool) {
         let options = match RunOptions::new() {
             Ok(options) => options,
@@ -213,7 +213,7 @@ impl OnnxModel {
         };
         let stop = Arc::new(Stop { options, fired: AtomicBool::new(false) });
         let trigger = stop.clone();
-        let watch = watchdog::watch(Instant::now() + limit, move || {
+        let watch = watchdog::watch(deadline, move || {
             trigger.fired.store(true, Ordering::Release);
             let _ = trigger.options.terminate();
         });

@@ -56,7 +56,7 @@ fn plain(msg: &str) -> Error {
 const SEP: &[u8] = b"|>";
 
 /// `<n> <key>...` after LOAD or PERSIST.
-fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -> Result<Vec<&'a [u8]>> {
+fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -> Result<Keys<'a>> {
     // RedisAI wants a count and at least one key after the keyword before it looks at the count.
     if argv.len() < pos + 3 {
         return Err(err(&format!("missing arguments after {what} keyword in DAG command")));
@@ -66,7 +66,7 @@ fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -
         .filter(|&n| n > 0)
         .ok_or_else(|| err(&format!("invalid or negative value found in number of keys to {what}")))?
         as usize;
-    argv.get(pos + 2..pos + 2 + n).map(<[_]>::to_vec).ok_or_else(|| err(mismatch))
+    argv.get(pos + 2..pos + 2 + n).map(|keys| keys.iter().copied().collect()).ok_or_else(|| err(mismatch))
 }
 
 enum Parsed<'a> {
@@ -172,8 +172,8 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
         return Err(err(&format!("missing arguments for '{}' command", kind.name())));
     }
     let mut plan = Plan::default();
-    let mut names: HashMap<&[u8], Slot> = HashMap::new();
-    let mut persist: Vec<&[u8]> = Vec::new();
+    let mut names = Names::default();
+    let mut persist = Keys::new();
     let (mut seen_load, mut seen_persist, mut seen_routing, mut seen_timeout) = (false, false, false, false);
     let mut pos = 1;
     while pos < argv.len() && argv[pos] != SEP {
@@ -232,7 +232,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
     if argv[pos..].iter().filter(|a| **a == SEP).count() > MAX_DAG_OPS {
         return Err(err(&format!("DAG has too many operations (the limit is {MAX_DAG_OPS})")));
     }
-    let mut parsed = Vec::new();
+    let mut parsed: smallvec::SmallVec<[Parsed; 2]> = smallvec::SmallVec::new();
     for op in argv[pos + 1..].split(|a| *a == SEP) {
         if op.is_empty() {
             return Err(err("Invalid DAG command. Unexpected argument:  |>"));
@@ -249,7 +249,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
                 plan.replies.push(ReplyItem::Ok);
             }
             Parsed::Get { key, format } => {
-                let slot = *names.get(key).ok_or_else(|| err("INPUT key cannot be found in DAG"))?;
+                let slot = names.get(key).ok_or_else(|| err("INPUT key cannot be found in DAG"))?;
                 plan.replies.push(ReplyItem::Get { slot, format });
             }
             Parsed::Model { model, inputs, outputs } => {
@@ -267,23 +267,66 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
         }
     }
     for key in persist {
-        let slot = *names.get(key).ok_or_else(|| err("PERSIST key cannot be found in DAG"))?;
+        let slot = names.get(key).ok_or_else(|| err("PERSIST key cannot be found in DAG"))?;
         plan.persist.push((key.to_vec(), slot));
     }
     Ok(plan)
+}
+
+/// DAG-local names and the slot each one holds now: a short list for the usual few names, a hash map once a
+/// DAG has many (up to `MAX_DAG_OPS` ops must stay linear).
+enum Names<'a> {
+    Few(smallvec::SmallVec<[(&'a [u8], Slot); 8]>),
+    Many(HashMap<&'a [u8], Slot>),
+}
+
+impl Default for Names<'_> {
+    fn default() -> Self {
+        Names::Few(smallvec::SmallVec::new())
+    }
+}
+
+impl<'a> Names<'a> {
+    const FEW: usize = 16;
+
+    fn get(&self, name: &[u8]) -> Option<Slot> {
+        match self {
+            Names::Few(v) => v.iter().find(|(n, _)| *n == name).map(|&(_, s)| s),
+            Names::Many(m) => m.get(name).copied(),
+        }
+    }
+
+    fn insert(&mut self, name: &'a [u8], slot: Slot) {
+        match self {
+            Names::Few(v) => {
+                if let Some(entry) = v.iter_mut().find(|(n, _)| *n == name) {
+                    entry.1 = slot;
+                } else if v.len() < Self::FEW {
+                    v.push((name, slot));
+                } else {
+                    let mut m: HashMap<&[u8], Slot> = v.drain(..).collect();
+                    m.insert(name, slot);
+                    *self = Names::Many(m);
+                }
+            }
+            Names::Many(m) => {
+                m.insert(name, slot);
+            }
+        }
+    }
 }
 
 /// An op's slots: each input is the current value of its name; each output gets a fresh slot, and the
 /// name now points there (single assignment).
 fn bind<'a>(
     plan: &mut Plan,
-    names: &mut HashMap<&'a [u8], Slot>,
+    names: &mut Names<'a>,
     inputs: &[&'a [u8]],
     outputs: &[&'a [u8]],
 ) -> Result<(Slots, Slots)> {
     let ins = inputs
         .iter()
-        .map(|k| names.get(k).copied().ok_or_else(|| err("INPUT key cannot be found in DAG")))
+        .map(|k| names.get(k).ok_or_else(|| err("INPUT key cannot be found in DAG")))
         .collect::<Result<Slots>>()?;
     let outs = outputs
         .iter()
@@ -456,6 +499,26 @@ mod tests {
             e(Execute, "AI.DAGEXECUTE PERSIST 1 z |> AI.TENSORSET a FLOAT 1"),
             "ERR PERSIST key cannot be found in DAG"
         );
+    }
+
+    #[test]
+    fn names_keep_their_latest_slot_in_a_list_and_in_a_map() {
+        let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
+        let mut names = Names::default();
+        for (i, k) in keys.iter().enumerate() {
+            names.insert(k, i);
+            if i == 5 {
+                names.insert(&keys[2], 100); // a name written again points at its new slot
+                assert!(matches!(names, Names::Few(_)));
+            }
+        }
+        assert!(matches!(names, Names::Many(_)), "past FEW names it is a map");
+        assert_eq!(names.get(b"k2"), Some(100));
+        assert_eq!(names.get(b"k39"), Some(39));
+        assert_eq!(names.get(b"k0"), Some(0));
+        assert_eq!(names.get(b"nope"), None);
+        names.insert(&keys[39], 7);
+        assert_eq!(names.get(b"k39"), Some(7));
     }
 
     #[test]

@@ -84,12 +84,21 @@ pub fn parse_tensorget_format(words: &[&[u8]]) -> Result<GetFormat> {
 
 /// The words between the key and the data of `AI.TENSORSET <key> <TYPE> <dims>... BLOB <data>`, the form
 /// used for AOF rewrites and for replicating computed tensors.
-pub fn tensorset_words(t: &Tensor) -> Vec<String> {
-    let mut words = vec![t.dtype().name().to_string()];
-    words.extend(t.shape().iter().map(|d| d.to_string()));
-    words.push("BLOB".to_string());
+pub fn tensorset_words(t: &Tensor) -> smallvec::SmallVec<[Word; 6]> {
+    use std::io::Write;
+    let mut words = smallvec::SmallVec::new();
+    words.push(Word::from_slice(t.dtype().name().as_bytes()));
+    for d in t.shape() {
+        let mut w = Word::new();
+        let _ = write!(w, "{d}");
+        words.push(w);
+    }
+    words.push(Word::from_slice(b"BLOB"));
     words
 }
+
+/// One word of a command the module writes (a type name, a dimension): on the stack.
+pub type Word = smallvec::SmallVec<[u8; 24]>;
 
 /// Arity of AI.TENSORGET, checked before the key is looked up.
 pub fn check_tensorget_arity(argv: &[&[u8]]) -> Result<()> {
@@ -102,9 +111,8 @@ pub fn check_tensorget_arity(argv: &[&[u8]]) -> Result<()> {
 
 fn values_reply(t: &Tensor) -> Reply<'_> {
     Reply::Array(
-        t.values()
-            .into_iter()
-            .map(|v| match v {
+        (0..t.len())
+            .map(|i| match t.value_at(i) {
                 Value::Int(i) => Reply::Int(i),
                 Value::Double(d) => Reply::Double(d),
                 Value::Str(s) => Reply::bytes(s),

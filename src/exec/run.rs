@@ -143,7 +143,8 @@ impl Run {
     /// queues it). Statistics are recorded only for a finished run, so a stopped one counts once, on a worker.
     pub fn run_inline(plan: Plan, limit: std::time::Duration) -> std::result::Result<Run, Box<Plan>> {
         let run = Run::finished(plan);
-        let deadline = Instant::now() + limit;
+        let mut now = Instant::now();
+        let deadline = now + limit;
         let mut samples: smallvec::SmallVec<[(usize, Sample); 4]> = smallvec::SmallVec::new();
         let stopped = {
             let mut st = run.state.lock();
@@ -155,18 +156,18 @@ impl Run {
                 };
                 let loaded: Option<smallvec::SmallVec<[Arc<Tensor>; 4]>> =
                     inputs.iter().map(|&s| st.slots[s].clone()).collect();
-                let left = deadline.saturating_duration_since(Instant::now());
-                let Some(loaded) = loaded.filter(|l| !left.is_zero() && model.history.fits(input_bytes(l))) else {
+                let Some(loaded) = loaded.filter(|l| now < deadline && model.history.fits(input_bytes(l))) else {
                     stopped = true;
                     break;
                 };
-                let start = Instant::now();
+                let start = now;
                 let ran = catch_unwind(AssertUnwindSafe(|| {
-                    run_model(model, outputs.len(), &loaded, |m, refs| m.run_within(refs, left))
+                    run_model(model, outputs.len(), &loaded, start, |m, refs| m.run_within(refs, deadline))
                 }));
                 let result = match ran {
-                    Ok(Some((result, sample))) => {
+                    Ok(Some((result, sample, end))) => {
                         samples.push((i, sample));
+                        now = end;
                         result
                     }
                     Ok(None) => {
@@ -425,17 +426,17 @@ fn input_bytes(inputs: &[Arc<Tensor>]) -> u64 {
     inputs.iter().map(|t| t.data().len() as u64).sum()
 }
 
-/// Runs a model op with `runner` (the backend's `run`, or `run_within` for an inline run) and checks the
-/// number of outputs; the result with what it adds to the statistics (recorded by the caller). `None`:
-/// `runner` gave up.
+/// Runs a model op started at `start` with `runner` (the backend's `run`, or `run_within` for an inline run) and
+/// checks the number of outputs; the result with what it adds to the statistics (recorded by the caller) and
+/// when it ended. `None`: `runner` gave up.
 fn run_model(
     model: &Model,
     noutputs: usize,
     inputs: &[Arc<Tensor>],
+    start: Instant,
     runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
-) -> Option<(Result<Tensors>, Sample)> {
+) -> Option<(Result<Tensors>, Sample, Instant)> {
     let refs: smallvec::SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
-    let start = Instant::now();
     let result = match model.loaded() {
         Ok(m) => runner(m, &refs)?,
         Err(e) => Err(e),
@@ -447,23 +448,24 @@ fn run_model(
             Err(Error::Generic("Model did not generate the expected number of outputs".into()))
         }
     });
+    let end = Instant::now();
     let sample = match &result {
         Ok(outs) => Sample::Success {
-            micros: start.elapsed().as_micros() as u64,
+            micros: end.duration_since(start).as_micros() as u64,
             samples: outs.first().map_or(0, |t| t.dim0()),
             input_bytes: input_bytes(inputs),
         },
         Err(_) => Sample::Error,
     };
-    Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample))
+    Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample, end))
 }
 
 /// Runs one op on the calling worker thread.
 fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Tensors> {
     match op {
         OpKind::Model { model, outputs, .. } => {
-            match run_model(model, outputs.len(), inputs, |m, refs| Some(m.run(refs))) {
-                Some((result, sample)) => {
+            match run_model(model, outputs.len(), inputs, Instant::now(), |m, refs| Some(m.run(refs))) {
+                Some((result, sample, _)) => {
                     sample.record(model);
                     result
                 }
@@ -665,7 +667,7 @@ mod tests {
         fn run(&self, _: &[&Tensor]) -> Result<Vec<Tensor>> {
             Ok(vec![scalar(0.0)])
         }
-        fn run_within(&self, _: &[&Tensor], _: Duration) -> Option<Result<Vec<Tensor>>> {
+        fn run_within(&self, _: &[&Tensor], _: Instant) -> Option<Result<Vec<Tensor>>> {
             None
         }
     }

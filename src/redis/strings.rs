@@ -4,7 +4,7 @@ use std::os::raw::c_char;
 
 use redis_module::raw;
 
-pub struct OwnedStrings(pub Vec<*mut raw::RedisModuleString>);
+pub struct OwnedStrings(pub smallvec::SmallVec<[*mut raw::RedisModuleString; 8]>);
 
 impl OwnedStrings {
     pub fn new<T: AsRef<[u8]>>(items: &[T]) -> OwnedStrings {
@@ -28,7 +28,7 @@ impl OwnedStrings {
             // SAFETY: s is a live argv string; retaining adds a reference that Drop releases.
             unsafe { api!(RedisModule_RetainString)(std::ptr::null_mut(), s) };
         }
-        OwnedStrings(argv.to_vec())
+        OwnedStrings(argv.iter().copied().collect())
     }
 }
 

@@ -79,8 +79,8 @@ fn reply_dag(ctx: *mut raw::RedisModuleCtx, run: &Run) {
     // PERSIST first: a failure there is the reply's last entry. The entries are then sent one by one.
     let mut persist_error = None;
     if !run.failed() && !plan.persist.is_empty() {
-        let outputs: Option<Vec<(Vec<u8>, Arc<Tensor>)>> =
-            plan.persist.iter().map(|(k, s)| run.slot(*s).map(|t| (k.clone(), t))).collect();
+        let outputs: Option<Vec<(&[u8], Arc<Tensor>)>> =
+            plan.persist.iter().map(|(k, s)| run.slot(*s).map(|t| (k.as_slice(), t))).collect();
         persist_error = outputs
             .ok_or_else(|| Error::Generic("PERSIST key cannot be found in DAG".into()))
             .and_then(|o| write_outputs(ctx, &o))

@@ -13,7 +13,7 @@ use crate::redis::types::TENSOR_TYPE;
 use crate::tensor::Tensor;
 
 /// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
-pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(Vec<u8>, Arc<Tensor>)]) -> Result<()> {
+pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tensor>)]) -> Result<()> {
     if let [(key, t)] = outputs {
         // One key: opened once, its type checked before anything is written.
         let k = Key::open_name(ctx, key, true);

@@ -165,8 +165,10 @@ pub fn reply_single_op(ctx: *mut raw::RedisModuleCtx, run: &Run) {
             .plan
             .persist
             .iter()
-            .map(|(k, s)| run.slot(*s).map(|t| (k.clone(), t)).ok_or_else(|| Error::Generic("missing output".into())))
-            .collect::<Result<Vec<_>>>()
+            .map(|(k, s)| {
+                run.slot(*s).map(|t| (k.as_slice(), t)).ok_or_else(|| Error::Generic("missing output".into()))
+            })
+            .collect::<Result<smallvec::SmallVec<[_; 2]>>>()
             .and_then(|outs| write_outputs(ctx, &outs)),
     };
     match result {
