@@ -22,8 +22,6 @@ pub struct Queue {
     clocks: Mutex<Vec<libc::clockid_t>>,
     /// On the deferred list of the thread that pushed (see `defer_wakeups_on_this_thread`).
     wake_pending: AtomicBool,
-    /// Workers running work now.
-    busy: AtomicUsize,
 }
 
 thread_local! {
@@ -117,8 +115,6 @@ impl Queue {
         loop {
             let (work, wake_at) = take_work(&mut q, Instant::now());
             if let Some(w) = work {
-                // Counted under the queue's lock, so that `is_idle` never sees the work in neither place.
-                self.busy.fetch_add(1, Ordering::AcqRel);
                 return w;
             }
             match wake_at {
@@ -140,9 +136,11 @@ impl Queue {
             .collect()
     }
 
-    /// No queued work and no worker busy: a request may run inline without overtaking anything.
+    /// Nothing waiting in the queue: a request may run inline without overtaking anything. (A worker may still
+    /// be busy: with another client's run, or finishing the one whose reply brought this very request, so
+    /// counting busy workers kept a client that sends one request after another off the main thread.)
     pub fn is_idle(&self) -> bool {
-        self.busy.load(Ordering::Acquire) == 0 && self.deque.lock().is_empty()
+        self.deque.lock().is_empty()
     }
 
     fn work(self: Arc<Self>) {
@@ -153,7 +151,6 @@ impl Queue {
                 Work::One(e) => e.step(),
                 Work::Batch(es) => step_batch(es),
             }));
-            self.busy.fetch_sub(1, Ordering::AcqRel);
             if done.is_err() {
                 crate::log::warning(&format!("redisai: a worker of queue {} panicked outside an op", self.name));
             }
@@ -199,7 +196,6 @@ impl Queues {
             cv: Condvar::new(),
             clocks: Mutex::new(Vec::new()),
             wake_pending: AtomicBool::new(false),
-            busy: AtomicUsize::new(0),
         });
         for i in 0..self.threads_per_queue {
             let worker = q.clone();

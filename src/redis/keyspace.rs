@@ -105,6 +105,38 @@ impl Key {
     }
 }
 
+impl Key {
+    /// Stores `value` as `set` does (the key loses any TTL, as with SET). When the key already holds a value of
+    /// `ty` and has no TTL, the value is swapped in place instead of the key being deleted and added again
+    /// (no allocation on the main thread); the old value is then released with `free`, the type's own free
+    /// callback.
+    pub fn store<T>(&self, ty: &ModuleType<T>, value: Arc<T>, free: extern "C" fn(*mut c_void)) -> Result<()> {
+        // SAFETY: self.key is an open key of this context; GetExpire only reads it.
+        if self.is_empty() || !self.holds(ty) || unsafe { api!(RedisModule_GetExpire)(self.key) } != NO_EXPIRE {
+            return self.set(ty, value);
+        }
+        let new = ModuleType::into_value(value);
+        let mut old: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the key was opened for writing and holds a value of `ty`; on success Redis owns `new` and hands
+        // the old value back in `old`, which nothing else references any more.
+        let status =
+            unsafe { api!(RedisModule_ModuleTypeReplaceValue)(self.key, *ty.raw.raw_type.borrow(), new, &mut old) };
+        if status == raw::REDISMODULE_OK as i32 {
+            if !old.is_null() {
+                free(old);
+            }
+            Ok(())
+        } else {
+            // SAFETY: Redis refused the value, so the reference is still ours.
+            let value = unsafe { ModuleType::<T>::take_value(new) };
+            self.set(ty, value)
+        }
+    }
+}
+
+/// RedisModule_GetExpire's "no TTL".
+const NO_EXPIRE: i64 = -1;
+
 impl Drop for Key {
     fn drop(&mut self) {
         if !self.key.is_null() {

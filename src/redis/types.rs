@@ -101,7 +101,7 @@ extern "C" fn tensor_mem_usage(value: *const c_void) -> usize {
     guard("AI_TENSOR mem_usage", 0, || unsafe { tensor_ref(value) }.mem_usage() + 2 * std::mem::size_of::<usize>())
 }
 
-extern "C" fn tensor_free(value: *mut c_void) {
+pub extern "C" fn tensor_free(value: *mut c_void) {
     // SAFETY: see `tensor_ref`; Redis calls free exactly once per value, after which it is never used.
     guard("AI_TENSOR free", (), || {
         // SAFETY: as above: the value Redis stored, given back once.

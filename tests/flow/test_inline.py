@@ -1,6 +1,8 @@
 """Short model runs inline on the main thread (exec/inline.rs): which runs qualify, and that replies, outputs,
 replication, AI.INFO statistics and errors are those of a queued run. A run whose time suddenly grows is
 stopped at the inline limit and finished on a worker, with the right result."""
+import time
+
 import numpy as np
 import pytest
 import redis
@@ -197,3 +199,45 @@ def test_a_dag_whose_second_op_grows_runs_again_on_a_worker_and_counts_once(make
     assert dag(c, *args)[2] == [b"300003"]
     assert runs(s) == (inline0, queued0 + 1)
     assert calls(c, "first") == 31 and calls(c, "loop") == 31
+
+
+@pytest.mark.module_args(*SHORT)
+def test_an_output_written_again_is_a_fresh_write(server):
+    """Outputs overwrite a tensor key in place when they can (no delete and add): what a client sees is still
+    a new write, inline or queued: the TTL goes as with SET, WATCH sees it, the old value's memory comes back."""
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(c, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
+    for _ in range(5):
+        execute(c)
+    assert runs(server)[0] >= 1, "the runs below are inline"
+    c.expire("c", 1000)
+    execute(c)
+    assert c.ttl("c") == -1
+    np.testing.assert_array_equal(get_tensor(c, "c"), [[1.0, 4.0], [9.0, 16.0]])
+    # WATCH: a transaction over the output aborts once another client's run wrote it.
+    other = server.client()
+    p = c.pipeline(transaction=True)
+    p.watch("c")
+    p.multi()
+    p.get("x")
+    execute(other)
+    with pytest.raises(redis.WatchError):
+        p.execute()
+    # Writing the same key many times keeps memory flat: every replaced value is freed.
+    set_tensor(c, "big", np.ones((256, 256), dtype=np.float32))
+    for _ in range(5):
+        execute(c, inputs=("big", "big"))
+    before = c.info("memory")["used_memory"]
+    for _ in range(200):
+        execute(c, inputs=("big", "big"))
+    # (Big values are freed on a background thread: give it a moment.)
+    deadline = time.monotonic() + 5
+    while c.info("memory")["used_memory"] - before >= 256 * 256 * 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert c.info("memory")["used_memory"] - before < 256 * 256 * 4, "replaced outputs are freed"
+    # Another type under the output name is still refused.
+    c.set("s", "x")
+    with pytest.raises(redis.ResponseError) as e:
+        execute(c, out="s")
+    assert "WRONGTYPE" in str(e.value)

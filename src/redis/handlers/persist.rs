@@ -9,7 +9,7 @@ use crate::commands::tensor::tensorset_words;
 use crate::error::{Error, Result};
 use crate::redis::keyspace::Key;
 use crate::redis::strings::OwnedStrings;
-use crate::redis::types::TENSOR_TYPE;
+use crate::redis::types::{tensor_free, TENSOR_TYPE};
 use crate::tensor::Tensor;
 
 /// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
@@ -18,7 +18,7 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tenso
         // One key: opened once, its type checked before anything is written.
         let k = Key::open_name(ctx, key, true);
         k.check_type(&TENSOR_TYPE)?;
-        k.set(&TENSOR_TYPE, t.clone())?;
+        k.store(&TENSOR_TYPE, t.clone(), tensor_free)?;
         replicate_tensorset(ctx, key, t);
         return Ok(());
     }
@@ -26,7 +26,7 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tenso
         Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
     }
     for (key, t) in outputs {
-        Key::open_name(ctx, key, true).set(&TENSOR_TYPE, t.clone())?;
+        Key::open_name(ctx, key, true).store(&TENSOR_TYPE, t.clone(), tensor_free)?;
         replicate_tensorset(ctx, key, t);
     }
     Ok(())
