@@ -207,10 +207,13 @@ impl OnnxModel {
         values: &[SessionInputValue],
         deadline: Instant,
     ) -> (Result<Vec<Tensor>>, bool) {
-        let options = match RunOptions::new() {
-            Ok(options) => options,
-            Err(e) => return (Err(backend_err(e)), false),
-        };
+        // A failed run's error goes to its client; ONNX Runtime logging it too (at error level, e.g. every run
+        // the kill switch stopped) would only fill the server's output.
+        let options =
+            match RunOptions::new().and_then(|mut o| o.set_log_level(ort::logging::LogLevel::Fatal).map(|_| o)) {
+                Ok(options) => options,
+                Err(e) => return (Err(backend_err(e)), false),
+            };
         let stop = Arc::new(Stop { options, fired: AtomicBool::new(false) });
         let trigger = stop.clone();
         let watch = watchdog::watch(deadline, move || {
