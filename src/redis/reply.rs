@@ -8,6 +8,42 @@ use redis_module::raw;
 use crate::reply::Reply;
 
 pub fn send(ctx: *mut raw::RedisModuleCtx, r: &Reply) {
+    let doubles = if contains_double(r) { Doubles::of(ctx) } else { Doubles::Server };
+    send_with(ctx, r, doubles);
+}
+
+/// Who writes a double reply: the server (`RedisModule_ReplyWithDouble`), or this module with `%.17g`'s text
+/// (`reply::format_g17`), where that is exactly what the server would write: Redis before 7.2, RESP2.
+#[derive(Clone, Copy)]
+enum Doubles {
+    Server,
+    Printf,
+}
+
+impl Doubles {
+    fn of(ctx: *mut raw::RedisModuleCtx) -> Doubles {
+        static PRINTF_SERVER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // SAFETY: GetServerVersion takes no argument and reads a constant.
+        let printf = *PRINTF_SERVER.get_or_init(|| unsafe { api!(RedisModule_GetServerVersion)() } < 0x00_07_02_00);
+        // SAFETY: ctx is the live context of the command or reply callback being answered.
+        let resp3 = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32 & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0;
+        if printf && !resp3 {
+            Doubles::Printf
+        } else {
+            Doubles::Server
+        }
+    }
+}
+
+fn contains_double(r: &Reply) -> bool {
+    match r {
+        Reply::Double(_) => true,
+        Reply::Array(items) => items.iter().any(contains_double),
+        _ => false,
+    }
+}
+
+fn send_with(ctx: *mut raw::RedisModuleCtx, r: &Reply, doubles: Doubles) {
     match r {
         Reply::Simple(s) => {
             // NUL-terminated on the stack: "OK" is the most common reply of all.
@@ -23,16 +59,23 @@ pub fn send(ctx: *mut raw::RedisModuleCtx, r: &Reply) {
         Reply::Int(i) => {
             raw::reply_with_long_long(ctx, *i);
         }
-        Reply::Double(d) => {
-            raw::reply_with_double(ctx, *d);
-        }
+        Reply::Double(d) => match doubles {
+            Doubles::Printf if d.is_finite() => {
+                let mut buf = [0u8; 32];
+                let n = crate::reply::format_g17(*d, &mut buf);
+                raw::reply_with_string_buffer(ctx, buf.as_ptr().cast(), n);
+            }
+            _ => {
+                raw::reply_with_double(ctx, *d);
+            }
+        },
         Reply::Bulk(b) => {
             raw::reply_with_string_buffer(ctx, b.as_ptr() as *const c_char, b.len());
         }
         Reply::Array(items) => {
             raw::reply_with_array(ctx, items.len() as c_long);
             for item in items {
-                send(ctx, item);
+                send_with(ctx, item, doubles);
             }
         }
         Reply::Null => {

@@ -186,6 +186,36 @@ def test_float_infinity_values(con, dtype):
     assert values == [math.inf, -math.inf, 1.0]
 
 
+def test_values_text_is_the_servers_own_double_text(con, shared_server):
+    """VALUES of FLOAT and DOUBLE tensors read exactly as the server writes a double itself (ZSCORE is the
+    oracle): Redis 7.0 writes `%.17g` (the module formats those itself, faster), later servers their own."""
+    rng = np.random.default_rng(7)
+    doubles = [0.0, 0.1, 1e20, 1.5e-7, 123456789.125, 1e16, 1e17, 1e-5, 5e-324, 1.7976931348623157e308,
+               1234567890123456.25, math.inf, -math.inf]
+    doubles += list(rng.standard_normal(100) * 10.0 ** rng.integers(-30, 30, 100))
+    doubles += list(np.frombuffer(rng.bytes(8 * 100), dtype=np.float64))
+    doubles = [d for d in doubles if not math.isnan(d)]
+    floats = [float(np.float32(d)) for d in doubles if abs(d) < 3e38 or math.isinf(d)]
+    # A sorted set stores -0 as 0, so the oracle cannot show -0: it is checked on its own below.
+    doubles, floats = ([v for v in vs if not (v == 0 and math.copysign(1, v) < 0)] for vs in (doubles, floats))
+    for dtype, values, npt in (("DOUBLE", doubles, np.float64), ("FLOAT", floats, np.float32)):
+        blob = np.array(values, dtype=npt).tobytes()
+        con.execute_command("AI.TENSORSET", "t", dtype, len(values), "BLOB", blob)
+        got = con.execute_command("AI.TENSORGET", "t", "VALUES")
+        con.delete("z")
+        want = []
+        for v in np.frombuffer(blob, dtype=npt):
+            con.execute_command("ZADD", "z", repr(float(v)), "m")
+            want.append(raw_command(shared_server.port, "ZSCORE", "z", "m"))  # the server's bytes, not a float
+        assert got == want, [(g, w) for g, w in zip(got, want) if g != w][:5]
+    con.execute_command("AI.TENSORSET", "t", "DOUBLE", 1, "VALUES", "-0")
+    assert con.execute_command("AI.TENSORGET", "t", "VALUES") == [b"-0"]
+    # RESP3 clients get doubles as doubles.
+    c3 = redis.Redis(port=shared_server.port, protocol=3)
+    con.execute_command("AI.TENSORSET", "t", "FLOAT", 2, "VALUES", "0.5", "-2")
+    assert c3.execute_command("AI.TENSORGET", "t", "VALUES") == [0.5, -2.0]
+
+
 def test_double_precision_kept(con):
     vals = [0.1, 1 / 3, -2.925182246327349, 1e-300, 1.7976931348623157e308, 5e-324]
     con.execute_command("AI.TENSORSET", "t", "DOUBLE", len(vals), "VALUES", *[repr(v) for v in vals])
