@@ -147,7 +147,7 @@ mod tests {
             f64::MIN,
             0.1f32 as f64,
             3.4028235e38f32 as f64,
-            1.17549435e-38f32 as f64,
+            f32::MIN_POSITIVE as f64,
         ];
         for d in values {
             assert_eq!(ours(d), libc_g17(d), "{d:e}");
