@@ -377,12 +377,12 @@ impl Tensor {
     }
 
     /// Every element, as the VALUES reply gives it.
-    pub fn values(&self) -> Vec<Value<'_>> {
-        (0..self.len()).map(|i| self.value_at(i)).collect()
+    pub fn values(&self) -> impl Iterator<Item = Value<'_>> + '_ {
+        (0..self.len()).map(|i| self.value_at(i))
     }
 
-    /// Element `i` (< `len()`), as AI.TENSORGET VALUES replies it.
-    pub fn value_at(&self, i: usize) -> Value<'_> {
+    /// Element `i` (< `len()`).
+    fn value_at(&self, i: usize) -> Value<'_> {
         let n = self.dtype.elem_size();
         let d = &self.data()[i * n..];
         match self.dtype {
@@ -519,16 +519,19 @@ mod tests {
     #[test]
     fn values_all_types_with_ranges() {
         let t = from_values(DataType::Int8, vec![2], &["-128", "127"]).unwrap();
-        assert_eq!(t.values(), vec![Value::Int(-128), Value::Int(127)]);
+        assert_eq!(t.values().collect::<Vec<_>>(), vec![Value::Int(-128), Value::Int(127)]);
         assert_eq!(from_values(DataType::Int8, vec![1], &["128"]), Err(Error::InvalidValue));
         assert_eq!(from_values(DataType::Int8, vec![1], &["-129"]), Err(Error::InvalidValue));
         assert_eq!(from_values(DataType::Uint8, vec![1], &["-1"]), Err(Error::InvalidValue));
-        assert_eq!(from_values(DataType::Uint16, vec![1], &["65535"]).unwrap().values(), vec![Value::Int(65535)]);
+        assert_eq!(
+            from_values(DataType::Uint16, vec![1], &["65535"]).unwrap().values().collect::<Vec<_>>(),
+            vec![Value::Int(65535)]
+        );
         assert_eq!(from_values(DataType::Int64, vec![1], &["-5"]).unwrap().data(), &(-5i64).to_le_bytes());
         assert_eq!(from_values(DataType::Bool, vec![1], &["2"]), Err(Error::InvalidValue));
         assert_eq!(from_values(DataType::Int32, vec![1], &["1.87"]), Err(Error::InvalidValue));
         let f = from_values(DataType::Float, vec![2], &["1.5", "-2"]).unwrap();
-        assert_eq!(f.values(), vec![Value::Double(1.5), Value::Double(-2.0)]);
+        assert_eq!(f.values().collect::<Vec<_>>(), vec![Value::Double(1.5), Value::Double(-2.0)]);
         assert_eq!(from_values(DataType::Float, vec![3], &["1", "2"]), Err(Error::ValuesCount));
     }
 
@@ -537,7 +540,7 @@ mod tests {
         let t = from_values(DataType::String, vec![3], &["a", "", "bc\0"]).unwrap();
         assert_eq!(t.data(), b"a\0\0bc\0");
         assert_eq!(t.offsets(), &[0, 2, 3]);
-        assert_eq!(t.values(), vec![Value::Str(b"a"), Value::Str(b""), Value::Str(b"bc")]);
+        assert_eq!(t.values().collect::<Vec<_>>(), vec![Value::Str(b"a"), Value::Str(b""), Value::Str(b"bc")]);
         assert_eq!(Tensor::from_blob(DataType::String, vec![3], b"a\0\0bc\0").unwrap(), t);
         assert_eq!(from_values(DataType::String, vec![1], &["a\0b"]), Err(Error::NulInString));
         assert_eq!(Tensor::from_blob(DataType::String, vec![2], b"a\0b"), Err(Error::StringElements));
@@ -547,7 +550,7 @@ mod tests {
         let refs: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
         assert_eq!(Tensor::from_values(DataType::String, vec![1], &refs), Err(Error::StringUtf8));
         let z = Tensor::zeros(DataType::String, vec![2]).unwrap();
-        assert_eq!(z.values(), vec![Value::Str(b""), Value::Str(b"")]);
+        assert_eq!(z.values().collect::<Vec<_>>(), vec![Value::Str(b""), Value::Str(b"")]);
     }
 
     #[test]
@@ -564,8 +567,8 @@ mod tests {
         let s1 = from_values(DataType::String, vec![2], &["a", "bc"]).unwrap();
         let s2 = from_values(DataType::String, vec![1], &[""]).unwrap();
         let s = Tensor::concat(&[&s1, &s2]).unwrap();
-        assert_eq!(s.values(), vec![Value::Str(b"a"), Value::Str(b"bc"), Value::Str(b"")]);
-        assert_eq!(s.slice_dim0(1, 2).unwrap().values(), vec![Value::Str(b"bc"), Value::Str(b"")]);
+        assert_eq!(s.values().collect::<Vec<_>>(), vec![Value::Str(b"a"), Value::Str(b"bc"), Value::Str(b"")]);
+        assert_eq!(s.slice_dim0(1, 2).unwrap().values().collect::<Vec<_>>(), vec![Value::Str(b"bc"), Value::Str(b"")]);
         assert_eq!(s.slice_dim0(0, 2).unwrap(), s1);
     }
 

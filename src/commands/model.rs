@@ -264,10 +264,10 @@ pub fn parse_timeout(value: Option<&&[u8]>) -> Result<Duration> {
         .ok_or_else(|| err("Invalid value for TIMEOUT"))
 }
 
-/// One `INPUTS|OUTPUTS <n> <key>...` scope of AI.MODELEXECUTE.
 /// Key names of one scope (a few, on the stack).
 pub type Keys<'a> = smallvec::SmallVec<[&'a [u8]; 4]>;
 
+/// One `INPUTS|OUTPUTS <n> <key>...` scope of AI.MODELEXECUTE.
 fn execute_scope<'a>(args: &[&'a [u8]], pos: &mut usize, keyword: &str, expected: usize) -> Result<Keys<'a>> {
     // The error texts' wording, made only on the error paths.
     let lower = || keyword.to_ascii_lowercase();

@@ -111,8 +111,8 @@ pub fn check_tensorget_arity(argv: &[&[u8]]) -> Result<()> {
 
 fn values_reply(t: &Tensor) -> Reply<'_> {
     Reply::Array(
-        (0..t.len())
-            .map(|i| match t.value_at(i) {
+        t.values()
+            .map(|v| match v {
                 Value::Int(i) => Reply::Int(i),
                 Value::Double(d) => Reply::Double(d),
                 Value::Str(s) => Reply::bytes(s),

@@ -145,7 +145,7 @@ impl Run {
         let run = Run::finished(plan);
         let mut now = Instant::now();
         let deadline = now + limit;
-        let mut samples: smallvec::SmallVec<[(usize, Sample); 4]> = smallvec::SmallVec::new();
+        let mut samples: SmallVec<[(usize, Sample); 4]> = SmallVec::new();
         let stopped = {
             let mut st = run.state.lock();
             let mut stopped = false;
@@ -154,8 +154,7 @@ impl Run {
                     stopped = true;
                     break;
                 };
-                let loaded: Option<smallvec::SmallVec<[Arc<Tensor>; 4]>> =
-                    inputs.iter().map(|&s| st.slots[s].clone()).collect();
+                let loaded: Option<Tensors> = inputs.iter().map(|&s| st.slots[s].clone()).collect();
                 let Some(loaded) = loaded.filter(|l| now < deadline && model.history.fits(input_bytes(l))) else {
                     stopped = true;
                     break;
@@ -436,7 +435,7 @@ fn run_model(
     start: Instant,
     runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
 ) -> Option<(Result<Tensors>, Sample, Instant)> {
-    let refs: smallvec::SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
+    let refs: SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
     let result = match model.loaded() {
         Ok(m) => runner(m, &refs)?,
         Err(e) => Err(e),

@@ -79,15 +79,7 @@ impl Watchdog {
         let mut st = self.state.lock();
         loop {
             let now = Instant::now();
-            let mut due: Vec<Callback> = Vec::new();
-            let mut i = 0;
-            while i < st.items.len() {
-                if st.items[i].1 <= now {
-                    due.push(st.items.swap_remove(i).2);
-                } else {
-                    i += 1;
-                }
-            }
+            let due: Vec<Callback> = st.items.extract_if(.., |(_, d, _)| *d <= now).map(|(_, _, cb)| cb).collect();
             if !due.is_empty() {
                 drop(st);
                 for cb in due {

@@ -25,12 +25,9 @@ impl Key {
 
     /// Opens a key given by name (not an argv string), e.g. an input or output of a run.
     pub fn open_name(ctx: *mut raw::RedisModuleCtx, name: &[u8], write: bool) -> Key {
-        // SAFETY: a NULL context makes a string we own; Redis copies the `name.len()` bytes.
-        let s = unsafe { api!(RedisModule_CreateString)(std::ptr::null_mut(), name.as_ptr().cast(), name.len()) };
-        let key = Key::open(ctx, s, write);
-        // SAFETY: `s` was created above with a NULL context and is freed once; OpenKey took its own reference.
-        unsafe { api!(RedisModule_FreeString)(std::ptr::null_mut(), s) };
-        key
+        let s = super::strings::OwnedStrings::new(&[name]);
+        // OpenKey takes its own reference to the name, so ours can go when `s` drops.
+        Key::open(ctx, s.0[0], write)
     }
 
     /// Deletes the key (opened for writing).
@@ -103,9 +100,7 @@ impl Key {
             Err(Error::Generic("could not save the value".into()))
         }
     }
-}
 
-impl Key {
     /// Stores `value` as `set` does (the key loses any TTL, as with SET). When the key already holds a value of
     /// `ty` and has no TTL, the value is swapped in place instead of the key being deleted and added again
     /// (no allocation on the main thread); the old value is then released with `free`, the type's own free

@@ -15,13 +15,15 @@ use crate::tensor::Tensor;
 /// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
 pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tensor>)]) -> Result<()> {
     if let [(key, t)] = outputs {
-        // One key: opened once, its type checked before anything is written.
+        // One key (the usual case): opened once, its type checked before anything is written.
         let k = Key::open_name(ctx, key, true);
         k.check_type(&TENSOR_TYPE)?;
         k.store(&TENSOR_TYPE, t.clone(), tensor_free)?;
         replicate_tensorset(ctx, key, t);
         return Ok(());
     }
+    // Several: one open key at a time (an output name may repeat, and two open handles of one key would not
+    // see each other's writes).
     for (key, _) in outputs {
         Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
     }
