@@ -28,34 +28,16 @@ impl<'a> Reply<'a> {
 }
 
 /// `d` (finite) as C's `printf("%.17g", d)` writes it: the double replies of Redis before 7.2, and so of RedisAI.
-/// Redis 7.0 formats them with `snprintf`, which takes ~0.1 µs per value. Rust's exact formatting rounds the
-/// binary value half to even, as glibc does, so the digits are the same; only the layout is `%g`'s.
+/// Redis 7.0 formats them with `snprintf`, which takes ~0.1 µs per value. The digits are the binary value's,
+/// rounded half to even as glibc does; only the layout is `%g`'s.
 pub fn format_g17(d: f64, out: &mut [u8; 32]) -> usize {
-    use std::io::Write;
-    let mut exp_form = [0u8; 40];
-    let len = {
-        let mut w = &mut exp_form[..];
-        // "[-]d.dddddddddddddddde[-]x": 17 significant digits, correctly rounded.
-        let _ = write!(w, "{d:.16e}");
-        40 - w.len()
-    };
-    let s = &exp_form[..len];
-    let (negative, s) = match s.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, s),
-    };
-    let e = s.iter().position(|&b| b == b'e').unwrap_or(s.len());
+    let (q, exp) = digits17_exact(d.abs()).unwrap_or_else(|| digits17_fmt(d.abs()));
     let mut digits = [b'0'; 17];
-    digits[0] = s.first().copied().unwrap_or(b'0');
-    let fraction = s.get(2..e).unwrap_or(&[]);
-    digits[1..1 + fraction.len().min(16)].copy_from_slice(&fraction[..fraction.len().min(16)]);
-    let exp_digits = s.get(e + 1..).unwrap_or(&[]);
-    let (exp_negative, exp_digits) = match exp_digits.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, exp_digits),
-    };
-    let magnitude = exp_digits.iter().fold(0i32, |x, &b| x * 10 + i32::from(b - b'0'));
-    let exp = if exp_negative { -magnitude } else { magnitude };
+    let mut rest = q;
+    for b in digits.iter_mut().rev() {
+        *b = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
     let trim = |d: &[u8]| d.len() - d.iter().rev().take_while(|&&b| b == b'0').count();
 
     let mut n = 0;
@@ -63,7 +45,7 @@ pub fn format_g17(d: f64, out: &mut [u8; 32]) -> usize {
         out[n..n + bytes.len()].copy_from_slice(bytes);
         n += bytes.len();
     };
-    if negative {
+    if d.is_sign_negative() {
         put(b"-");
     }
     if (-4..17).contains(&exp) {
@@ -91,20 +73,89 @@ pub fn format_g17(d: f64, out: &mut [u8; 32]) -> usize {
             put(&frac[..trim(frac)]);
         }
         put(if exp < 0 { b"e-" } else { b"e+" });
-        let mut e_buf = [0u8; 4];
-        let e_len = {
-            let mut w = &mut e_buf[..];
-            let _ = write!(w, "{:02}", exp.unsigned_abs());
-            4 - w.len()
-        };
-        put(&e_buf[..e_len]);
+        let e = exp.unsigned_abs();
+        if e >= 100 {
+            put(&[b'0' + (e / 100) as u8]);
+        }
+        put(&[b'0' + (e / 10 % 10) as u8, b'0' + (e % 10) as u8]);
     }
     n
 }
 
+const fn pow_table<const N: usize>(base: u128) -> [u128; N] {
+    let mut t = [1u128; N];
+    let mut i = 1;
+    while i < N {
+        t[i] = t[i - 1] * base;
+        i += 1;
+    }
+    t
+}
+static POW5: [u128; 56] = pow_table(5);
+static POW10: [u128; 39] = pow_table(10);
+
+/// The 17 significant digits of `a` (≥ 0, finite) as an integer in [10^16, 10^17) (0 for zero) and the decimal
+/// exponent of the first one, with integer arithmetic: `a` = m·2^e = m·5^-e / 10^-e, exact in 128 bits for
+/// every integer below 2^74 and for most values of f32 origin (the common tensor values), which Rust's exact
+/// formatting would send to its slow bignum path. None when the product does not fit.
+fn digits17_exact(a: f64) -> Option<(u64, i32)> {
+    let bits = a.to_bits();
+    let biased = (bits >> 52) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mut m, mut e) = if biased == 0 { (fraction, -1074) } else { (fraction | 1 << 52, biased - 1075) };
+    if m == 0 {
+        return Some((0, 0));
+    }
+    let tz = m.trailing_zeros();
+    m >>= tz;
+    e += tz as i32;
+    let (n, k) = if e >= 0 {
+        if (64 - m.leading_zeros()) as i32 + e > 127 {
+            return None;
+        }
+        (u128::from(m) << e, 0)
+    } else {
+        (u128::from(m).checked_mul(*POW5.get(e.unsigned_abs() as usize)?)?, -e)
+    };
+    let len = POW10.iter().position(|&p| p > n).unwrap_or(POW10.len()) as i32;
+    let mut exp = len - 1 - k;
+    let q = if len <= 17 {
+        (n * POW10[(17 - len) as usize]) as u64
+    } else {
+        let p = POW10[(len - 17) as usize];
+        let (mut q, r) = ((n / p) as u64, n % p);
+        if r > p / 2 || (r == p / 2 && q & 1 == 1) {
+            q += 1;
+        }
+        if u128::from(q) == POW10[17] {
+            q = POW10[16] as u64;
+            exp += 1;
+        }
+        q
+    };
+    Some((q, exp))
+}
+
+/// `digits17_exact` for any finite `a`, through Rust's exact formatting (which rounds half to even too).
+fn digits17_fmt(a: f64) -> (u64, i32) {
+    use std::io::Write;
+    let mut buf = [0u8; 40];
+    let len = {
+        let mut w = &mut buf[..];
+        // "d.dddddddddddddddde[-]x": 17 significant digits, correctly rounded.
+        let _ = write!(w, "{a:.16e}");
+        40 - w.len()
+    };
+    let s = &buf[..len];
+    let e = s.iter().position(|&b| b == b'e').unwrap_or(s.len());
+    let q = s[..e].iter().filter(|b| b.is_ascii_digit()).fold(0u64, |q, &b| q * 10 + u64::from(b - b'0'));
+    let exp = std::str::from_utf8(&s[(e + 1).min(len)..]).ok().and_then(|x| x.parse().ok()).unwrap_or(0);
+    (q, exp)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::format_g17;
+    use super::{digits17_exact, digits17_fmt, format_g17};
 
     fn libc_g17(d: f64) -> String {
         let mut buf = [0u8; 64];
@@ -151,6 +202,26 @@ mod tests {
         ];
         for d in values {
             assert_eq!(ours(d), libc_g17(d), "{d:e}");
+        }
+    }
+
+    #[test]
+    fn integer_path_agrees_with_formatting_and_covers_f32_values() {
+        let mut x: u64 = 0x9E3779B97F4A7C15;
+        let mut covered = 0;
+        for i in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let d = if i % 2 == 0 { f64::from_bits(x >> 1) } else { f32::from_bits((x as u32) >> 1) as f64 };
+            if let (true, Some(fast)) = (d.is_finite(), digits17_exact(d)) {
+                assert_eq!(fast, digits17_fmt(d), "{d:e}");
+                covered += 1;
+            }
+        }
+        assert!(covered > 50_000, "{covered}");
+        for d in [0.1f32 as f64, 0.001f32 as f64, 123.456f32 as f64, 5.0, 1e20, 2f64.powi(73)] {
+            assert!(digits17_exact(d).is_some(), "{d}");
         }
     }
 

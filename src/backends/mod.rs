@@ -6,6 +6,8 @@ mod dl;
 pub mod onnx;
 #[cfg(feature = "onnx")]
 pub mod onnx_alloc;
+#[cfg(feature = "onnx")]
+mod onnx_run;
 #[cfg(feature = "tensorflow")]
 pub mod tensorflow;
 #[cfg(feature = "tflite")]

@@ -2,14 +2,16 @@
 //! loads (and serves everything else) without it.
 
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use ort::environment::Environment;
 use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
+use super::onnx_run::Direct;
 use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Pool};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
@@ -83,7 +85,7 @@ fn library_version(path: &str) -> Option<String> {
     }
 }
 
-fn backend_err(e: impl std::fmt::Display) -> Error {
+pub(super) fn backend_err(e: impl std::fmt::Display) -> Error {
     Error::Plain(redisai_wording(&e.to_string()))
 }
 
@@ -104,7 +106,15 @@ pub struct OnnxModel {
     inputs: Vec<String>,
     outputs: Vec<String>,
     /// `Session::run` needs `&mut`: each concurrent run takes a session from here (or makes one).
-    pool: Pool<Session>,
+    pool: Pool<Runner>,
+    /// The C API path of onnx_run.rs, when the model's outputs allow it.
+    direct: Option<Direct>,
+}
+
+/// A session with its kill switch.
+struct Runner {
+    session: Session,
+    stop: Arc<Stop>,
 }
 
 pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
@@ -122,15 +132,21 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
         inputs: Vec::new(),
         outputs: Vec::new(),
         pool: Pool::new(None),
+        direct: None,
     };
-    let session = m.new_session()?;
-    m.inputs = session.inputs().iter().map(|o| o.name().to_string()).collect();
-    m.outputs = session.outputs().iter().map(|o| o.name().to_string()).collect();
-    m.pool.give(session);
+    let runner = m.new_runner()?;
+    m.inputs = runner.session.inputs().iter().map(|o| o.name().to_string()).collect();
+    m.outputs = runner.session.outputs().iter().map(|o| o.name().to_string()).collect();
+    m.direct = Direct::new(&runner.session);
+    m.pool.give(runner);
     Ok(Box::new(m))
 }
 
 impl OnnxModel {
+    fn new_runner(&self) -> Result<Runner> {
+        Ok(Runner { session: self.new_session()?, stop: Arc::new(Stop::new()?) })
+    }
+
     fn new_session(&self) -> Result<Session> {
         // Spinning thread-pool workers would steal cores from Redis itself between runs.
         let mut b = Session::builder(&self.runtime.env).map_err(backend_err)?;
@@ -167,9 +183,9 @@ impl LoadedModel for OnnxModel {
     }
 
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let values = self.values(inputs)?;
+        check_input_count(self.inputs.len(), inputs.len())?;
         let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
-        self.pool.with(|| self.new_session(), |session| self.run_on(session, &values, Instant::now() + limit).0)?
+        self.pool.with(|| self.new_runner(), |runner| self.run_on(runner, inputs, Instant::now() + limit).0)?
     }
 
     fn stops_early(&self) -> bool {
@@ -178,66 +194,93 @@ impl LoadedModel for OnnxModel {
 
     /// Only with a session already built (building one would take the main thread far past the deadline).
     fn run_within(&self, inputs: &[&Tensor], deadline: Instant) -> Option<Result<Vec<Tensor>>> {
-        let values = match self.values(inputs) {
-            Ok(v) => v,
-            Err(e) => return Some(Err(e)),
-        };
-        let (result, stopped) = self.pool.try_with(|session| self.run_on(session, &values, deadline))?;
+        if let Err(e) = check_input_count(self.inputs.len(), inputs.len()) {
+            return Some(Err(e));
+        }
+        let (result, stopped) = self.pool.try_with(|runner| self.run_on(runner, inputs, deadline))?;
         (!stopped).then_some(result)
     }
 }
 
-/// A run's kill switch: the watchdog sets `fired` and ONNX Runtime's terminate flag (one allocation per run).
+/// A run's kill switch: the watchdog sets ONNX Runtime's terminate flag. Its RunOptions is reused from run to
+/// run (making one costs a tiny model a tenth of its run). The watchdog may call a run's callback late, while
+/// the runner's next run is going: each run has a number, and a callback only stops the run it was made for.
 struct Stop {
     options: RunOptions,
-    fired: AtomicBool,
+    state: Mutex<Armed>,
+}
+
+#[derive(Default)]
+struct Armed {
+    run: u64,
+    fired: bool,
+}
+
+impl Stop {
+    fn new() -> Result<Stop> {
+        // A failed run's error goes to its client; ONNX Runtime logging it too (at error level, e.g. every run
+        // the kill switch stopped) would only fill the server's output.
+        let mut options = RunOptions::new().map_err(backend_err)?;
+        options.set_log_level(ort::logging::LogLevel::Fatal).map_err(backend_err)?;
+        Ok(Stop { options, state: Mutex::new(Armed::default()) })
+    }
+
+    /// Readies the flag for a new run, whose number it returns.
+    fn arm(&self) -> Result<u64> {
+        let mut st = self.state.lock();
+        st.run += 1;
+        st.fired = false;
+        self.options.unterminate().map_err(backend_err)?;
+        Ok(st.run)
+    }
+
+    fn fire(&self, run: u64) {
+        let mut st = self.state.lock();
+        if st.run == run {
+            st.fired = true;
+            let _ = self.options.terminate();
+        }
+    }
+
+    fn fired(&self) -> bool {
+        self.state.lock().fired
+    }
 }
 
 impl OnnxModel {
     fn values<'t>(&self, inputs: &[&'t Tensor]) -> Result<smallvec::SmallVec<[SessionInputValue<'t>; 4]>> {
-        check_input_count(self.inputs.len(), inputs.len())?;
         inputs.iter().map(|t| to_value(t)).collect()
     }
 
     /// One run, told to stop by the watchdog once `deadline` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
-    /// or the inline limit); with whether the watchdog fired.
-    fn run_on(
-        &self,
-        session: &mut Session,
-        values: &[SessionInputValue],
-        deadline: Instant,
-    ) -> (Result<Vec<Tensor>>, bool) {
-        // A failed run's error goes to its client; ONNX Runtime logging it too (at error level, e.g. every run
-        // the kill switch stopped) would only fill the server's output.
-        let options =
-            match RunOptions::new().and_then(|mut o| o.set_log_level(ort::logging::LogLevel::Fatal).map(|_| o)) {
-                Ok(options) => options,
-                Err(e) => return (Err(backend_err(e)), false),
-            };
-        let stop = Arc::new(Stop { options, fired: AtomicBool::new(false) });
-        let trigger = stop.clone();
-        let watch = watchdog::watch(deadline, move || {
-            trigger.fired.store(true, Ordering::Release);
-            let _ = trigger.options.terminate();
-        });
-        let result = self.run_once(session, values, &stop.options);
+    /// or the inline limit); with whether the watchdog fired. The number of inputs is checked.
+    fn run_on(&self, runner: &mut Runner, inputs: &[&Tensor], deadline: Instant) -> (Result<Vec<Tensor>>, bool) {
+        let run = match runner.stop.arm() {
+            Ok(run) => run,
+            Err(e) => return (Err(e), false),
+        };
+        let trigger = runner.stop.clone();
+        let watch = watchdog::watch(deadline, move || trigger.fire(run));
+        let result = self.run_once(runner, inputs);
         drop(watch);
-        (result, stop.fired.load(Ordering::Acquire))
+        (result, runner.stop.fired())
     }
 
-    fn run_once(
-        &self,
-        session: &mut Session,
-        values: &[SessionInputValue],
-        options: &RunOptions,
-    ) -> Result<Vec<Tensor>> {
+    fn run_once(&self, runner: &mut Runner, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let (session, options) = (&mut runner.session, &runner.stop.options);
         let before = onnx_alloc::overruns();
-        let outs = session.run_with_options(values, options);
+        let outs = match self.direct.as_ref().and_then(|d| d.run(session, inputs, options)) {
+            Some(outs) => outs,
+            None => self.values(inputs).and_then(|values| {
+                let outs = session.run_with_options(&values[..], options).map_err(backend_err)?;
+                outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>()
+            }),
+        };
         // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why.
         if onnx_alloc::overruns() > before {
             return Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()));
         }
-        outs.map_err(backend_err).and_then(|outs| outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>())
+        outs
     }
 }
 

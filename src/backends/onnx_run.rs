@@ -1,0 +1,202 @@
+//! One ONNX Runtime run through its C API, for models whose outputs are all numeric or BOOL tensors (most
+//! models). Inputs are values over the tensors' own bytes with one memory description made at load, names are
+//! C strings made at load, and outputs are copied straight into tensors. `ort`'s safe wrappers allocate for
+//! each of these on every run, which costs a tiny model about half as much main-thread time as ONNX Runtime's
+//! own run (docs/benchmarks.md). Anything else (STRING tensors, maps, unaligned bytes) takes `ort`'s path in
+//! onnx.rs.
+
+use std::ffi::{c_void, CStr, CString};
+use std::ptr::{self, NonNull};
+
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::{RunOptions, Session};
+use ort::sys::{ONNXTensorElementDataType as Onnx, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue};
+use ort::value::{TensorElementType, ValueType};
+use ort::AsPointer;
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+use crate::tensor::{DataType, Tensor};
+
+pub(super) struct Direct {
+    inputs: Vec<CString>,
+    outputs: Vec<CString>,
+    memory: MemoryInfo<'static>,
+}
+
+/// The ONNX element type of a tensor that can be handed over as it is (not STRING: ONNX strings are objects).
+fn onnx_type(dt: DataType) -> Option<Onnx> {
+    Some(match dt {
+        DataType::Float => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        DataType::Double => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        DataType::Int8 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+        DataType::Int16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+        DataType::Int32 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+        DataType::Int64 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+        DataType::Uint8 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        DataType::Uint16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+        // BOOL bytes are 0 or 1 (checked when the tensor was made): ONNX's bool layout.
+        DataType::Bool => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
+        DataType::String => return None,
+    })
+}
+
+fn data_type(t: TensorElementType) -> Option<DataType> {
+    Some(match t {
+        TensorElementType::Float32 => DataType::Float,
+        TensorElementType::Float64 => DataType::Double,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Bool => DataType::Bool,
+        _ => return None,
+    })
+}
+
+/// Ok, or the status's message as the error (the status released).
+fn check(status: OrtStatusPtr) -> Result<()> {
+    let Some(status) = NonNull::new(status.0) else {
+        return Ok(());
+    };
+    let api = ort::api();
+    // SAFETY: `status` is a live status ONNX Runtime returned; its message is a NUL-terminated string owned
+    // by it, copied before the status is released (once).
+    let msg = unsafe {
+        let msg = CStr::from_ptr((api.GetErrorMessage)(status.as_ptr())).to_string_lossy().into_owned();
+        (api.ReleaseStatus)(status.as_ptr());
+        msg
+    };
+    Err(super::onnx::backend_err(msg))
+}
+
+/// OrtValues this run owns, released when it ends however it ends.
+struct Values(SmallVec<[*mut OrtValue; 4]>);
+
+impl Drop for Values {
+    fn drop(&mut self) {
+        for &v in self.0.iter().filter(|v| !v.is_null()) {
+            // SAFETY: each non-null pointer is a value ONNX Runtime created for this run and nothing else
+            // releases it.
+            unsafe { (ort::api().ReleaseValue)(v) };
+        }
+    }
+}
+
+impl Direct {
+    /// None when some output is not a numeric or BOOL tensor, or a name holds a NUL (or on a big-endian
+    /// target, where tensor bytes would need swapping).
+    pub fn new(session: &Session) -> Option<Direct> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        let plain = |t: &ValueType| matches!(t, ValueType::Tensor { ty, .. } if data_type(*ty).is_some());
+        if !session.outputs().iter().all(|o| plain(o.dtype())) {
+            return None;
+        }
+        let names = |o: &[ort::value::Outlet]| -> Option<Vec<CString>> {
+            o.iter().map(|o| CString::new(o.name()).ok()).collect()
+        };
+        let memory = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).ok()?;
+        Some(Direct { inputs: names(session.inputs())?, outputs: names(session.outputs())?, memory })
+    }
+
+    /// The run; None when an input cannot be handed over as it is (the caller takes `ort`'s path). The
+    /// caller has checked the number of inputs.
+    pub fn run(&self, session: &mut Session, inputs: &[&Tensor], options: &RunOptions) -> Option<Result<Vec<Tensor>>> {
+        let handed_over =
+            |t: &&Tensor| onnx_type(t.dtype()).is_some() && t.data().as_ptr().align_offset(t.dtype().elem_size()) == 0;
+        if inputs.len() != self.inputs.len() || !inputs.iter().all(handed_over) {
+            return None;
+        }
+        Some(self.run_unchecked(session, inputs, options))
+    }
+
+    fn run_unchecked(&self, session: &mut Session, inputs: &[&Tensor], options: &RunOptions) -> Result<Vec<Tensor>> {
+        let api = ort::api();
+        let mut values = Values(SmallVec::new());
+        for t in inputs {
+            let (shape, data) = (t.shape(), t.data());
+            let mut v = ptr::null_mut();
+            // SAFETY: `data` is the tensor's bytes, aligned for its element type (checked by `run`), of exactly
+            // the length its shape and type give, and it outlives the value (released at the end of this
+            // run); ONNX Runtime only reads input values. The memory info and shape are read during the call.
+            check(unsafe {
+                (api.CreateTensorWithDataAsOrtValue)(
+                    self.memory.ptr(),
+                    data.as_ptr().cast_mut().cast::<c_void>(),
+                    data.len(),
+                    shape.as_ptr(),
+                    shape.len(),
+                    onnx_type(t.dtype()).unwrap_or(Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED),
+                    &mut v,
+                )
+            })?;
+            values.0.push(v);
+        }
+        let in_names: SmallVec<[_; 4]> = self.inputs.iter().map(|n| n.as_ptr()).collect();
+        let out_names: SmallVec<[_; 4]> = self.outputs.iter().map(|n| n.as_ptr()).collect();
+        let mut outs = Values(smallvec::smallvec![ptr::null_mut(); self.outputs.len()]);
+        let in_values: SmallVec<[*const OrtValue; 4]> = values.0.iter().map(|&v| v.cast_const()).collect();
+        // SAFETY: the session is this thread's alone (`&mut`); every array holds as many entries as its length
+        // says, the names are NUL-terminated and live in `self`; ONNX Runtime fills `outs` with values this run
+        // then owns (`Values` releases them).
+        check(unsafe {
+            (api.Run)(
+                session.ptr().cast_mut(),
+                options.ptr(),
+                in_names.as_ptr(),
+                in_values.as_ptr(),
+                in_values.len(),
+                out_names.as_ptr(),
+                out_names.len(),
+                outs.0.as_mut_ptr(),
+            )
+        })?;
+        outs.0.iter().map(|&v| tensor_of(v)).collect()
+    }
+}
+
+/// The output value `v` (a tensor, as the model's metadata says) copied into a tensor.
+fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
+    let api = ort::api();
+    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
+    // SAFETY: `v` is a live output value of this run; `info` is released before returning, after its
+    // element type and dimensions were read into buffers of the size it reported.
+    let (ty, shape) = unsafe {
+        check((api.GetTensorTypeAndShape)(v, &mut info))?;
+        let read = || -> Result<(Onnx, SmallVec<[i64; 8]>)> {
+            let mut ty = Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+            check((api.GetTensorElementType)(info, &mut ty))?;
+            let mut n = 0usize;
+            check((api.GetDimensionsCount)(info, &mut n))?;
+            let mut shape: SmallVec<[i64; 8]> = smallvec::smallvec![0; n];
+            check((api.GetDimensions)(info, shape.as_mut_ptr(), n))?;
+            Ok((ty, shape))
+        };
+        let read = read();
+        (api.ReleaseTensorTypeAndShapeInfo)(info);
+        read?
+    };
+    let dt = [DataType::Float, DataType::Double, DataType::Int8, DataType::Int16, DataType::Int32]
+        .into_iter()
+        .chain([DataType::Int64, DataType::Uint8, DataType::Uint16, DataType::Bool])
+        .find(|&dt| onnx_type(dt) == Some(ty))
+        .ok_or_else(|| Error::Plain(format!("ONNX model returned a tensor of unsupported type {}", ty as i32)))?;
+    let n = crate::tensor::element_count(dt, &shape)?;
+    let mut data: *mut c_void = ptr::null_mut();
+    // SAFETY: `v` is a live tensor value of `n` elements of `dt`; its data stays valid until the value is
+    // released, after the copy.
+    let bytes = unsafe {
+        check((api.GetTensorMutableData)(v, &mut data))?;
+        if n == 0 || data.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(data.cast::<u8>(), n * dt.elem_size())
+        }
+    };
+    // Little-endian, as tensor data is (`Direct::new`).
+    Tensor::from_blob(dt, &shape[..], bytes)
+}
