@@ -14,6 +14,8 @@ pub struct Device {
     pub name: String,
     pub kind: DeviceKind,
     pub id: Option<u32>,
+    /// The name of this device's queue: the device string, upper-cased (made once: every run looks it up).
+    queue: std::sync::Arc<str>,
 }
 
 impl Device {
@@ -40,17 +42,17 @@ impl Device {
                 Some(digits.parse().map_err(|_| Error::InvalidDevice)?)
             }
         };
-        Ok(Device { name: text.to_string(), kind, id })
+        Ok(Device { name: text.to_string(), kind, id, queue: text.to_ascii_uppercase().into() })
     }
 
     /// The CPU queue that TENSORSET/TENSORGET ops of a DAG run on.
     pub fn cpu() -> Device {
-        Device { name: "CPU".into(), kind: DeviceKind::Cpu, id: None }
+        Device { name: "CPU".into(), kind: DeviceKind::Cpu, id: None, queue: "CPU".into() }
     }
 
     /// The name of this device's queue: the device string, upper-cased.
-    pub fn queue_key(&self) -> String {
-        self.name.to_ascii_uppercase()
+    pub fn queue_key(&self) -> std::sync::Arc<str> {
+        self.queue.clone()
     }
 }
 

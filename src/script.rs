@@ -97,8 +97,8 @@ impl Script {
     }
 
     /// The queue its ops run on.
-    pub fn queue_key(&self) -> String {
-        self.spec.device_name.to_ascii_uppercase()
+    pub fn queue_key(&self) -> std::sync::Arc<str> {
+        self.spec.device_name.to_ascii_uppercase().into()
     }
 
     pub fn mem_usage(&self) -> usize {

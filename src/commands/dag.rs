@@ -536,7 +536,7 @@ mod tests {
         );
         assert_eq!(p.ops[0].inputs(), &[1]);
         assert_eq!(p.ops[0].outputs(), &[2]);
-        assert_eq!(p.ops[0].device, "CPU:1");
+        assert_eq!(&*p.ops[0].device, "CPU:1");
         assert_eq!(p.persist, vec![(b"a".to_vec(), 2)]);
     }
 

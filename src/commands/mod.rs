@@ -47,6 +47,7 @@ fn first_key(argv: &[&[u8]], access: KeyAccess) -> Vec<(usize, KeyAccess)> {
 }
 
 /// Case-insensitive keyword match, like RedisAI's `strcasecmp`.
+#[inline]
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }

@@ -39,7 +39,7 @@ pub enum OpKind {
 pub struct Op {
     pub kind: OpKind,
     /// The queue the op runs on (upper-cased device string).
-    pub device: String,
+    pub device: std::sync::Arc<str>,
 }
 
 impl OpKind {
@@ -118,8 +118,8 @@ impl Plan {
     }
 
     /// The devices of the plan in order of first use, each with its ops in DAG order.
-    pub fn device_ops(&self) -> Vec<(String, Vec<usize>)> {
-        let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    pub fn device_ops(&self) -> Vec<(std::sync::Arc<str>, Vec<usize>)> {
+        let mut out: Vec<(std::sync::Arc<str>, Vec<usize>)> = Vec::new();
         for (i, op) in self.ops.iter().enumerate() {
             match out.iter_mut().find(|(d, _)| *d == op.device) {
                 Some((_, ops)) => ops.push(i),

@@ -2,7 +2,7 @@
 //! sleep until work arrives (an idle module uses no CPU).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -164,7 +164,9 @@ pub const MAX_QUEUES: usize = 128;
 /// All device queues, created on first use.
 pub struct Queues {
     threads_per_queue: usize,
-    map: RwLock<HashMap<String, Arc<Queue>>>,
+    /// Few (one per device string in use), looked up on every request: a short list scans faster than a hash
+    /// map hashes.
+    map: RwLock<Vec<Arc<Queue>>>,
     workers: AtomicUsize,
 }
 
@@ -172,7 +174,7 @@ impl Queues {
     pub fn new(threads_per_queue: usize) -> Queues {
         Queues {
             threads_per_queue: threads_per_queue.max(1),
-            map: RwLock::new(HashMap::new()),
+            map: RwLock::new(Vec::new()),
             workers: AtomicUsize::new(0),
         }
     }
@@ -180,11 +182,11 @@ impl Queues {
     /// The queue of `device` (upper-cased device string), starting its workers if it is new. Queues live
     /// as long as the module, so their number is capped (each has THREADS_PER_QUEUE threads).
     pub fn get(&self, device: &str) -> std::io::Result<Arc<Queue>> {
-        if let Some(q) = self.map.read().get(device) {
+        if let Some(q) = self.map.read().iter().find(|q| q.name == device) {
             return Ok(q.clone());
         }
         let mut map = self.map.write();
-        if let Some(q) = map.get(device) {
+        if let Some(q) = map.iter().find(|q| q.name == device) {
             return Ok(q.clone());
         }
         if map.len() >= MAX_QUEUES {
@@ -207,7 +209,7 @@ impl Queues {
             }
             self.workers.fetch_add(1, Ordering::Relaxed);
         }
-        map.insert(device.to_string(), q.clone());
+        map.push(q.clone());
         Ok(q)
     }
 
@@ -218,7 +220,7 @@ impl Queues {
 
     /// Every queue, by name.
     pub fn all(&self) -> Vec<Arc<Queue>> {
-        let mut v: Vec<Arc<Queue>> = self.map.read().values().cloned().collect();
+        let mut v: Vec<Arc<Queue>> = self.map.read().clone();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }

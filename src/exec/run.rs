@@ -611,7 +611,7 @@ mod tests {
                         inputs: inputs.into(),
                         outputs: smallvec::smallvec![out],
                     },
-                    device: dev.to_string(),
+                    device: dev.into(),
                 });
                 runs.push(counter);
                 models.push(model);
@@ -690,7 +690,7 @@ mod tests {
             plan.loaded.push((a, Arc::new(scalar(1.0))));
             let op = |model, inputs, out| Op {
                 kind: OpKind::Model { model, inputs, outputs: smallvec::smallvec![out] },
-                device: "CPU".to_string(),
+                device: "CPU".into(),
             };
             plan.ops.push(op(first.clone(), smallvec::smallvec![a, a], b));
             plan.ops.push(op(second, smallvec::smallvec![b, a], c));

@@ -39,20 +39,20 @@ pub fn aof<T: AsRef<[u8]>>(
     }
 }
 
-/// Replicates `<name> <key> <words>... [<blob>]` (main thread, or a reply callback).
-pub fn replicate<T: AsRef<[u8]>>(
+/// Replicates `<name> <key> <words>... [<blob>]` (main thread, or a reply callback). Redis takes its own
+/// reference to each word.
+pub fn replicate(
     ctx: *mut raw::RedisModuleCtx,
     name: &CStr,
     key: &[u8],
-    words: &[T],
+    words: &mut [*mut raw::RedisModuleString],
     blob: Option<&[u8]>,
 ) {
-    let mut words = OwnedStrings::new(words);
     // SAFETY: as in `aof`.
     let replicate = api!(RedisModule_Replicate);
     let key_ptr = key.as_ptr() as *const c_char;
     // SAFETY: ctx is the live context of the command or reply callback; each format matches the arguments that
-    // follow it, and Redis copies them before `words` is freed.
+    // follow it, and the words are live strings.
     unsafe {
         match blob {
             Some(b) => replicate(
@@ -61,14 +61,12 @@ pub fn replicate<T: AsRef<[u8]>>(
                 c"bvb".as_ptr(),
                 key_ptr,
                 key.len(),
-                words.0.as_mut_ptr(),
-                words.0.len(),
+                words.as_mut_ptr(),
+                words.len(),
                 b.as_ptr() as *const c_char,
                 b.len(),
             ),
-            None => {
-                replicate(ctx, name.as_ptr(), c"bv".as_ptr(), key_ptr, key.len(), words.0.as_mut_ptr(), words.0.len())
-            }
+            None => replicate(ctx, name.as_ptr(), c"bv".as_ptr(), key_ptr, key.len(), words.as_mut_ptr(), words.len()),
         };
     }
 }

@@ -8,18 +8,19 @@ pub struct OwnedStrings(pub smallvec::SmallVec<[*mut raw::RedisModuleString; 8]>
 
 impl OwnedStrings {
     pub fn new<T: AsRef<[u8]>>(items: &[T]) -> OwnedStrings {
-        OwnedStrings(
-            items
-                .iter()
-                .map(|b| {
-                    let b = b.as_ref();
-                    // SAFETY: a NULL context makes a string we own; Redis copies the `b.len()` bytes.
-                    unsafe {
-                        api!(RedisModule_CreateString)(std::ptr::null_mut(), b.as_ptr() as *const c_char, b.len())
-                    }
-                })
-                .collect(),
-        )
+        let mut owned = OwnedStrings(smallvec::SmallVec::new());
+        for b in items {
+            owned.add(b.as_ref());
+        }
+        owned
+    }
+
+    /// A new string holding a copy of `b`, owned (and freed) with the others.
+    pub fn add(&mut self, b: &[u8]) -> *mut raw::RedisModuleString {
+        // SAFETY: a NULL context makes a string we own; Redis copies the `b.len()` bytes.
+        let s = unsafe { api!(RedisModule_CreateString)(std::ptr::null_mut(), b.as_ptr() as *const c_char, b.len()) };
+        self.0.push(s);
+        s
     }
 
     /// Keeps argv strings alive past the command (no copy: Redis strings are reference counted).

@@ -298,3 +298,29 @@ def test_replica_after_master_restart_from_rdb(make_server, make_replica):
     rcon = replica.client()
     assert_same(before, snapshot(rcon, before))
     assert rcon.execute_command("AI.TENSORGET", "after-restart", "VALUES") == [b"2.5"]
+
+
+def test_computed_outputs_replicate_byte_exact(make_server, make_replica):
+    """MODELEXECUTE/SCRIPTEXECUTE outputs reach the replica as AI.TENSORSET … BLOB, whose type and dimension words
+    the module shares between replications (dimensions from 1024 on are made per tensor): every dtype the
+    script can return, dimensions on both sides of that limit, the same shapes twice."""
+    from helpers.torch_models import entry, script_store
+    master = make_server(name="master")
+    replica = make_replica(master)
+    mcon, rcon = master.client(), replica.client()
+    script_store(mcon, "id", entry("f", "return tensors[0]"), ["f"])
+    rng = np.random.default_rng(7)
+    outputs = []
+    for round_ in range(2):
+        for dt in ("FLOAT", "DOUBLE", "INT8", "INT16", "INT32", "INT64", "UINT8", "BOOL"):
+            for shape in ([2, 3], [1, 1023], [1024], [1, 1025, 2], [3000]):
+                n = int(np.prod(shape))
+                key_in, key_out = f"in:{dt}:{shape}", f"out:{round_}:{dt}:{shape}"
+                mcon.execute_command("AI.TENSORSET", key_in, dt, *shape, "BLOB", _blob(dt, n, rng))
+                assert mcon.execute_command("AI.SCRIPTEXECUTE", "id", "f", "INPUTS", 1, key_in,
+                                            "OUTPUTS", 1, key_out) == b"OK"
+                outputs.append(key_out)
+    assert mcon.execute_command("WAIT", 1, 5000) == 1
+    for key in outputs:
+        want = mcon.execute_command("AI.TENSORGET", key, "META", "BLOB")
+        assert rcon.execute_command("AI.TENSORGET", key, "META", "BLOB") == want, key
