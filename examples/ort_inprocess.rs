@@ -56,8 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let data: Vec<Vec<f32>> =
         shapes.iter().map(|s| (0..s.iter().product::<i64>()).map(|i| (i % 97) as f32 / 97.0).collect()).collect();
     let in_names: Vec<CString> = session.inputs().iter().map(|i| CString::new(i.name())).collect::<Result<_, _>>()?;
-    let out_names: Vec<CString> =
-        session.outputs().iter().map(|o| CString::new(o.name())).collect::<Result<_, _>>()?;
+    let out_names: Vec<CString> = session.outputs().iter().map(|o| CString::new(o.name())).collect::<Result<_, _>>()?;
     let in_ptrs: Vec<_> = in_names.iter().map(|n| n.as_ptr()).collect();
     let out_ptrs: Vec<_> = out_names.iter().map(|n| n.as_ptr()).collect();
     let memory = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?;

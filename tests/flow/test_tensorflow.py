@@ -765,3 +765,21 @@ def test_without_tf_library(make_server):
     assert model_execute(con, "o", ["a", "a"], ["c"]) == b"OK"
     assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"1", b"4"]
     assert con.ping()
+
+
+@pytest.mark.parametrize("setting", [None, "1"])
+def test_onednn_kernels_only_when_the_operator_turns_them_on(make_server, monkeypatch, setting):
+    """RedisAI's TensorFlow 2.8 ran graphs with Eigen's kernels; 2.9 turned oneDNN's on by default (for small graphs
+    slower per run, results differing in the last bits). The module opens TensorFlow with TF_ENABLE_ONEDNN_OPTS=0
+    unless the server's environment sets it; TensorFlow says at start-up when oneDNN's kernels are on."""
+    if setting is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", setting)
+    srv = make_server()
+    con = srv.client()
+    tf_store(con, "m", "mul")
+    con.execute_command("AI.TENSORSET", "a", "FLOAT", 2, "VALUES", 1.5, -2)
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"2.25", b"4"]
+    assert ("oneDNN custom operations are on" in srv.log()) == (setting == "1")

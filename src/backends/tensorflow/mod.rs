@@ -19,6 +19,7 @@ static RUNTIME: LibrarySlot<Api> = LibrarySlot::new("TF");
 
 fn open(path: &str) -> Result<Api> {
     bound_memory();
+    eigen_kernels();
     Api::open(path).map_err(|e| Error::Generic(format!("Could not load backend TF from {path}: {e}")))
 }
 
@@ -52,6 +53,24 @@ pub fn bound_memory() {
             // not while serving.
             std::env::set_var(name, value);
         }
+    }
+}
+
+/// TensorFlow's switch for oneDNN's kernels.
+const ONEDNN: &str = "TF_ENABLE_ONEDNN_OPTS";
+
+/// Runs graphs with Eigen's kernels, as RedisAI's TensorFlow 2.8 did (2.9 turned oneDNN's on by default on
+/// Linux x86; their results differ in the last bits, as TensorFlow's start-up message says). For the small
+/// graphs served per request, oneDNN's per-op set-up (memory descriptors, primitive cache lookups) costs more
+/// than the math: the fraud-scoring graph of `make bench` took 12.8 µs of worker CPU per run with it and 6.4
+/// without (docs/benchmarks.md). Only where the operator has not set the variable, so TF_ENABLE_ONEDNN_OPTS=1
+/// in the server's environment opts back in (big convolutional graphs may gain). The library reads it when it
+/// is opened (its static initialisers), so this runs before; idempotent.
+fn eigen_kernels() {
+    if std::env::var_os(ONEDNN).is_none() {
+        // SAFETY: as in `bound_memory`: TensorFlow, the reader, is not open yet, and no other thread reads the
+        // environment while serving.
+        std::env::set_var(ONEDNN, "0");
     }
 }
 
