@@ -7,6 +7,7 @@ use crate::config::CONFIG;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::exec::inline::RunHistory;
+use crate::exec::queue::Queue;
 use crate::stats::{self, EntryKind, Stats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +74,8 @@ pub struct Model {
     pub stats: Arc<Stats>,
     /// Recent run times, for running short requests inline (exec/inline.rs).
     pub history: RunHistory,
+    /// Its device's queue, once looked up: every request needs it, and queues live as long as the module.
+    queue: std::sync::OnceLock<Arc<Queue>>,
 }
 
 impl Model {
@@ -99,7 +102,7 @@ impl Model {
     /// A model around an already loaded handle (tests use their own `LoadedModel`).
     pub fn with_handle(key: &[u8], spec: ModelSpec, handle: Result<Box<dyn LoadedModel>>) -> Model {
         let stats = Arc::new(Stats::new(key, EntryKind::Model, spec.backend.name(), &spec.device.name, &spec.tag));
-        Model { spec, handle, stats, history: RunHistory::default() }
+        Model { spec, handle, stats, history: RunHistory::default(), queue: std::sync::OnceLock::new() }
     }
 
     /// The numbers of inputs and outputs requests are checked against. A model kept without names whose backend
@@ -111,6 +114,17 @@ impl Model {
         } else {
             (self.spec.inputs.len(), self.spec.outputs.len())
         }
+    }
+
+    /// The queue of the model's device (created, with its workers, on first use).
+    pub fn queue(&self) -> Result<&Arc<Queue>> {
+        if let Some(q) = self.queue.get() {
+            return Ok(q);
+        }
+        let q = crate::exec::queues()
+            .get(&self.spec.device.queue_key())
+            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
+        Ok(self.queue.get_or_init(|| q))
     }
 
     pub fn loaded(&self) -> Result<&dyn LoadedModel> {

@@ -10,7 +10,7 @@ use super::Cmd;
 use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind, Resolver};
 use crate::commands::tensor::tensor_reply;
 use crate::error::{Error, Result};
-use crate::exec::dag::ReplyItem;
+use crate::exec::dag::{OpKind, ReplyItem};
 use crate::exec::queues;
 use crate::exec::run::{OpOutcome, Run};
 use crate::model::Model;
@@ -56,9 +56,13 @@ fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     let mut plan = parse_dag(&c.args, kind, &Keyspace(c))?;
     set_caller(c, &mut plan, matches!(kind, DagKind::ExecuteRo | DagKind::RunRo));
     for op in &plan.ops {
-        queues()
-            .get(&op.device)
-            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
+        match &op.kind {
+            OpKind::Model { model, .. } => model.queue().map(drop)?,
+            _ => queues()
+                .get(&op.device)
+                .map(drop)
+                .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?,
+        }
     }
     if plan.ops.is_empty() {
         // Only TENSORSET/TENSORGET: nothing to queue, answer now.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use redis_module::raw;
 
-use super::shared::{bind_keys, ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
+use super::shared::{bind_keys, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
     concat, modelget_reply, parse_modelexecute, parse_modelrun, parse_modelset_head, parse_modelstore_head, ExecuteArgs,
@@ -45,7 +45,7 @@ fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]], keep: bool) -> Res
 }
 
 fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Result<()> {
-    ensure_queue(&model.spec.device.queue_key())?;
+    model.queue()?;
     let k = Key::open_name(ctx, key, true);
     k.check_type(&MODEL_TYPE)?;
     let model = Arc::new(model);
@@ -90,8 +90,8 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     let args = parse(&c.args, ni, no)?;
     let mut plan = Plan { timeout: args.timeout, ..Plan::default() };
     let (inputs, outputs) = bind_keys(c, &mut plan, &args.inputs, &args.outputs)?;
+    model.queue()?;
     let device = model.spec.device.queue_key();
-    ensure_queue(&device)?;
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
     set_caller(c, &mut plan, false);
     run_plan(c, plan, reply_single_op)

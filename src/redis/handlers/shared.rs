@@ -141,7 +141,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
         let eligible = model.spec.batch.size == 0
             && model.spec.device.kind == DeviceKind::Cpu
             && model.loaded().is_ok_and(|m| m.stops_early())
-            && queues().get(&op.device).is_ok_and(|q| q.is_idle());
+            && model.queue().is_ok_and(|q| q.is_idle());
         if !eligible {
             return None;
         }
