@@ -55,6 +55,29 @@ pub fn record_main_thread() {
     let _ = MAIN_THREAD.set(std::thread::current().id());
 }
 
+/// Whether `pin_retained` works on this server.
+pub fn can_pin() -> bool {
+    api_opt!(RedisModule_TrimStringAllocation).is_some()
+}
+
+/// Makes `s`, an argument of the running command that the module has retained, keep its buffer where it is,
+/// so that its address may be kept past the command. When a module command returns, Redis trims every argument
+/// the module retained whose buffer is more than a tenth unused (`RedisModuleCommandDispatcher`: a big argument
+/// can be the client's query buffer itself), and that trim may move the buffer. Trimming now, before the
+/// address is taken, leaves the later trim nothing to do. False where the server cannot trim a string for a
+/// module (before Redis 7.0): the caller must not keep the address. Main thread only.
+pub fn pin_retained(s: *mut raw::RedisModuleString) -> bool {
+    match api_opt!(RedisModule_TrimStringAllocation) {
+        Some(trim) => {
+            // SAFETY: s is a live argument string of the running command, on the main thread; trimming only
+            // reallocates its buffer, whose address nobody has taken yet.
+            unsafe { trim(s) };
+            true
+        }
+        None => false,
+    }
+}
+
 /// A BLOB argument kept as a tensor's data instead of being copied (`AI.TENSORSET … BLOB`, at least
 /// `tensor::ADOPT_FROM` bytes): Redis strings are reference counted, so retaining the argument is free.
 pub struct AdoptedString {
@@ -63,22 +86,27 @@ pub struct AdoptedString {
     len: usize,
 }
 
-// SAFETY: the bytes are never changed once adopted (Redis does not modify an argument after its command, and
-// nothing else stores this string: slowlog entries copy arguments this long), so they may be read from any
-// thread; the reference count is only changed on the main thread or under the GIL (see Drop).
+// SAFETY: the bytes are never changed once adopted (Redis does not modify an argument after its command, the
+// trim after it has nothing to do (`pin_retained`), and nothing else stores this string: slowlog entries copy
+// arguments this long), so they may be read from any thread; the reference count is only changed on the main
+// thread or under the GIL (see Drop).
 unsafe impl Send for AdoptedString {}
 // SAFETY: as above: shared access only reads the bytes.
 unsafe impl Sync for AdoptedString {}
 
 impl AdoptedString {
-    /// Keeps `s` (an argv string of the running command, on the main thread) alive with the tensor.
-    pub fn adopt(s: *mut raw::RedisModuleString) -> std::sync::Arc<dyn crate::tensor::ExternalBytes> {
-        // SAFETY: s is a live argv string; retaining adds the reference that Drop releases. Its buffer stays
-        // where it is while the reference is held.
+    /// Keeps `s` (an argv string of the running command, on the main thread) alive with the tensor; None where
+    /// its buffer could move after the command (`pin_retained`), and the caller copies the bytes instead.
+    pub fn adopt(s: *mut raw::RedisModuleString) -> Option<std::sync::Arc<dyn crate::tensor::ExternalBytes>> {
+        // SAFETY: s is a live argv string; retaining adds the reference that Drop releases.
         unsafe { api!(RedisModule_RetainString)(std::ptr::null_mut(), s) };
-        let mut len = 0usize;
-        let ptr = raw::string_ptr_len(s, &mut len) as *const u8;
-        std::sync::Arc::new(AdoptedString { s, ptr, len })
+        // Held from here on, so that Drop releases the reference whatever happens next.
+        let mut kept = AdoptedString { s, ptr: std::ptr::null(), len: 0 };
+        if !pin_retained(s) {
+            return None;
+        }
+        kept.ptr = raw::string_ptr_len(s, &mut kept.len) as *const u8;
+        Some(std::sync::Arc::new(kept))
     }
 }
 

@@ -130,7 +130,9 @@ def scenarios(srv, con):
         busy.close()
         if not replace:
             store(con, "loop@CPU:1", "loop_forever", device="CPU:1")
-    # TIMEOUT: both CPU:2 workers busy, runs that may wait 1 ms time out (when a worker takes them)
+    # TIMEOUT: both CPU:2 workers busy, runs that may wait 1 ms time out (when a worker takes them). Short runs
+    # are kept off the main thread here: an inline run would not wait for the busy workers at all.
+    expect("INLINE_THRESHOLD 0", con.execute_command("AI.CONFIG", "INLINE_THRESHOLD", 0), b"OK")
     busy = [in_flight(port, *mexec("loop@CPU:2", ["x1"], [f"y{i}"])) for i in range(2)]
     time.sleep(0.3)
     late = [in_flight(port, *mexec("lin@CPU:2", ["kA"], ["y"], "TIMEOUT", 1)),
@@ -142,6 +144,7 @@ def scenarios(srv, con):
     for c in busy:
         assert isinstance(c.reply(), RespError), "the never-ending run"
         c.close()
+    expect("INLINE_THRESHOLD back", con.execute_command("AI.CONFIG", "INLINE_THRESHOLD", 100), b"OK")
     # auto-batching: concurrent requests to a BATCHSIZE model are joined and split
     store(con, "batched", "linear", "BATCHSIZE", 8, "MINBATCHSIZE", 3, "MINBATCHTIMEOUT", 2000, device="CPU:1")
     runs = [in_flight(port, *mexec("batched", ["kA"], [f"b{i}"])) for i in range(3)]
@@ -243,6 +246,8 @@ def main():
         time.sleep(2)
         con.close()
     except (AssertionError, HarnessError, OSError, redis.exceptions.RedisError) as e:
+        import traceback
+        traceback.print_exc()
         problems.append(f"workload: {type(e).__name__}: {e}")
     problems += health_problems(srv)
     code = srv.stop(timeout=600)

@@ -36,25 +36,31 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tenso
 /// Dimensions below this have their replication word cached (`shared_word`).
 const CACHED_DIMS: i64 = 1024;
 
-thread_local! {
-    /// Words of replicated AI.TENSORSETs as Redis strings made once and shared by every replication: Redis only
-    /// takes and drops references to them, where making and freeing them for each computed tensor cost about
-    /// 0.1 µs of main thread. Indexed by `DataType::ALL` position, then BLOB, then dimension. Replication
-    /// happens on the main thread only, so only its cache is ever filled; the strings live as long as it.
-    static WORDS: std::cell::RefCell<Vec<*mut raw::RedisModuleString>> = const { std::cell::RefCell::new(Vec::new()) };
-}
+/// Words of replicated AI.TENSORSETs as Redis strings made once and shared by every replication: Redis only
+/// takes and drops references to them, where making and freeing them for each computed tensor cost about
+/// 0.1 µs of main thread. Indexed by `DataType::ALL` position, then BLOB, then dimension. They live as long as
+/// the process; held in a static, so a leak checker sees them as reachable.
+static WORDS: parking_lot::Mutex<Vec<SharedString>> = parking_lot::const_mutex(Vec::new());
 
-fn shared_word(index: usize, word: impl FnOnce() -> crate::commands::tensor::Word) -> *mut raw::RedisModuleString {
-    WORDS.with_borrow_mut(|words| {
-        if words.len() <= index {
-            words.resize(index + 1, std::ptr::null_mut());
-        }
-        if words[index].is_null() {
-            let mut made = OwnedStrings::new(&[word()]);
-            words[index] = made.0.pop().unwrap_or(std::ptr::null_mut());
-        }
-        words[index]
-    })
+struct SharedString(*mut raw::RedisModuleString);
+
+// SAFETY: the strings are made and handed to Redis only by replication, which runs on the main thread; the
+// mutex is what lets a static hold them.
+unsafe impl Send for SharedString {}
+
+fn shared_word(
+    words: &mut Vec<SharedString>,
+    index: usize,
+    word: impl FnOnce() -> crate::commands::tensor::Word,
+) -> *mut raw::RedisModuleString {
+    if words.len() <= index {
+        words.resize_with(index + 1, || SharedString(std::ptr::null_mut()));
+    }
+    if words[index].0.is_null() {
+        let mut made = OwnedStrings::new(&[word()]);
+        words[index] = SharedString(made.0.pop().unwrap_or(std::ptr::null_mut()));
+    }
+    words[index].0
 }
 
 fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
@@ -64,7 +70,8 @@ fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
     let type_index = DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0);
     let mut uncached = OwnedStrings::new::<&[u8]>(&[]);
     let mut words: smallvec::SmallVec<[*mut raw::RedisModuleString; 8]> = smallvec::SmallVec::new();
-    words.push(shared_word(type_index, || Word::from_slice(t.dtype().name().as_bytes())));
+    let mut cache = WORDS.lock();
+    words.push(shared_word(&mut cache, type_index, || Word::from_slice(t.dtype().name().as_bytes())));
     for &d in t.shape() {
         let text = || {
             let mut w = Word::new();
@@ -72,12 +79,13 @@ fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
             w
         };
         words.push(if (0..CACHED_DIMS).contains(&d) {
-            shared_word(types + 1 + d as usize, text)
+            shared_word(&mut cache, types + 1 + d as usize, text)
         } else {
             uncached.add(&text())
         });
     }
-    words.push(shared_word(types, || Word::from_slice(b"BLOB")));
+    words.push(shared_word(&mut cache, types, || Word::from_slice(b"BLOB")));
+    drop(cache);
     crate::redis::emit::replicate(ctx, c"AI.TENSORSET", key, &mut words, Some(t.data()));
 }
 

@@ -16,7 +16,7 @@ use crate::exec::run::{OpOutcome, Run};
 use crate::exec::{inline, queues};
 use crate::redis::blocking::Blocked;
 use crate::redis::reply::{error, send};
-use crate::redis::strings::OwnedStrings;
+use crate::redis::strings::{can_pin, pin_retained, OwnedStrings};
 use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 
@@ -29,12 +29,25 @@ pub type Commit<V> = fn(*mut raw::RedisModuleCtx, &[u8], V) -> Result<()>;
 struct ArgBytes(Vec<(*const u8, usize)>);
 
 // SAFETY: the pointers are only read, by the job that also owns the retained argv strings (`OwnedStrings`),
-// which keep every buffer alive; Redis never changes an argv string's bytes once the command has run.
+// which keep every buffer alive; Redis never changes an argv string's bytes once the command has run, and the
+// strings were pinned (`pin_retained`), so its trim of retained arguments after the command does not move them.
 unsafe impl Send for ArgBytes {}
 
 impl ArgBytes {
-    fn of(args: &[&[u8]]) -> ArgBytes {
-        ArgBytes(args.iter().map(|a| (a.as_ptr(), a.len())).collect())
+    /// The arguments' addresses, each argument first pinned (`pin_retained`: Redis would otherwise trim, and maybe
+    /// move, a retained argument when the command returns); None where the server cannot pin them. The command's
+    /// earlier views of its arguments (`Cmd::args`) may be stale afterwards.
+    fn pinned(argv: &OwnedStrings) -> Option<ArgBytes> {
+        let mut out = Vec::with_capacity(argv.0.len());
+        for &s in &argv.0 {
+            if !pin_retained(s) {
+                return None;
+            }
+            let mut len = 0usize;
+            let p = raw::string_ptr_len(s, &mut len) as *const u8;
+            out.push((p, len));
+        }
+        Some(ArgBytes(out))
     }
 
     /// # Safety
@@ -56,12 +69,15 @@ pub fn store_in_background<V: Send + 'static>(
 ) -> Result<()> {
     let key = c.args[1].to_vec();
     let argv = OwnedStrings::retain(c.raw);
-    if Blocked::check_can_block(c.ctx).is_err() || Blocked::from_replication(c.ctx) {
+    if Blocked::check_can_block(c.ctx).is_err() || Blocked::from_replication(c.ctx) || !can_pin() {
         finish_store(c.ctx, &key, build(&key, &c.args), commit, argv);
         return Ok(());
     }
+    // From here on `c.args` is not read: pinning may move an argument's bytes.
+    let Some(bytes) = ArgBytes::pinned(&argv) else {
+        return Err(Error::Generic(format!("cannot keep the {what}'s arguments for its build")));
+    };
     let blocked = Blocked::new(c.ctx)?;
-    let bytes = ArgBytes::of(&c.args);
     let job = move || {
         // SAFETY: `argv`, moved into this job with `bytes`, retains every string until `finish_store`.
         let args = unsafe { bytes.slices() };

@@ -17,7 +17,7 @@ pub fn tensorset(c: &Cmd) -> Result<()> {
     key.check_type(&TENSOR_TYPE)?;
     crate::redis::memory::check_room(c.ctx, zero_filled_bytes(&c.args[2..]).unwrap_or(0))?;
     // A big BLOB is kept as Redis received it rather than copied (like SET keeps its value).
-    let tensor = parse_tensorset(&c.args, &|i| Some(AdoptedString::adopt(c.raw[i])))?;
+    let tensor = parse_tensorset(&c.args, &|i| AdoptedString::adopt(c.raw[i]))?;
     key.set(&TENSOR_TYPE, Arc::new(tensor))?;
     c.replicate_verbatim();
     c.reply(&Reply::OK);
