@@ -121,9 +121,7 @@ impl Model {
         if let Some(q) = self.queue.get() {
             return Ok(q);
         }
-        let q = crate::exec::queues()
-            .get(&self.spec.device.queue_key())
-            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
+        let q = crate::exec::queue_of(&self.spec.device.queue_key())?;
         Ok(self.queue.get_or_init(|| q))
     }
 

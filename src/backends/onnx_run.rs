@@ -180,9 +180,8 @@ fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
         (api.ReleaseTensorTypeAndShapeInfo)(info);
         read?
     };
-    let dt = [DataType::Float, DataType::Double, DataType::Int8, DataType::Int16, DataType::Int32]
+    let dt = DataType::ALL
         .into_iter()
-        .chain([DataType::Int64, DataType::Uint8, DataType::Uint16, DataType::Bool])
         .find(|&dt| onnx_type(dt) == Some(ty))
         .ok_or_else(|| Error::Plain(format!("ONNX model returned a tensor of unsupported type {}", ty as i32)))?;
     let n = crate::tensor::element_count(dt, &shape)?;

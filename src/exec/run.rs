@@ -66,7 +66,7 @@ impl Run {
             .iter()
             .map(|(d, _)| queues.get(d))
             .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?;
+            .map_err(super::queue_unavailable)?;
         let mut slots = smallvec::smallvec![None; plan.slots];
         for (s, t) in &plan.loaded {
             slots[*s] = Some(t.clone());

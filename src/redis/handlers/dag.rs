@@ -5,13 +5,12 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use super::persist::write_outputs;
-use super::shared::{run_plan, set_caller};
+use super::shared::{ensure_queue, run_plan, set_caller};
 use super::Cmd;
 use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind, Resolver};
 use crate::commands::tensor::tensor_reply;
 use crate::error::{Error, Result};
 use crate::exec::dag::{OpKind, ReplyItem};
-use crate::exec::queues;
 use crate::exec::run::{OpOutcome, Run};
 use crate::model::Model;
 use crate::redis::blocking::Blocked;
@@ -58,10 +57,7 @@ fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     for op in &plan.ops {
         match &op.kind {
             OpKind::Model { model, .. } => model.queue().map(drop)?,
-            _ => queues()
-                .get(&op.device)
-                .map(drop)
-                .map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))?,
+            _ => ensure_queue(&op.device)?,
         }
     }
     if plan.ops.is_empty() {

@@ -108,7 +108,7 @@ fn finish_store<V>(
 
 /// RedisAI creates a device's queue (and its workers) when a model or script is stored for it.
 pub fn ensure_queue(device: &str) -> Result<()> {
-    queues().get(device).map(drop).map_err(|_| Error::Generic("Could not initialize queue on requested device".into()))
+    crate::exec::queue_of(device).map(drop)
 }
 
 /// A single-op plan's slots: each input key's tensor loaded, each output a fresh slot persisted to its key.
