@@ -18,6 +18,7 @@ pub mod torch;
 pub mod torch_abi;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -35,11 +36,14 @@ pub struct LoadOptions {
     pub outputs: Vec<String>,
 }
 
+/// A model run's output tensors (a few: on the stack).
+pub type Outputs = smallvec::SmallVec<[Tensor; 2]>;
+
 /// A model ready to run. `run` may be called from several worker threads at once.
 pub trait LoadedModel: Send + Sync {
     fn inputs(&self) -> &[String];
     fn outputs(&self) -> &[String];
-    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs>;
 
     /// Whether `run_within` stops a run that takes too long (a kill switch between ops): only such models
     /// run inline on Redis's main thread (exec/inline.rs).
@@ -47,9 +51,10 @@ pub trait LoadedModel: Send + Sync {
         false
     }
 
-    /// `run`, stopped once `deadline` has passed: `None` then (the run had no effect; the caller queues it).
-    fn run_within(&self, inputs: &[&Tensor], deadline: std::time::Instant) -> Option<Result<Vec<Tensor>>> {
-        let _ = deadline;
+    /// `run` started `now`, stopped once `deadline` has passed: `None` then (the run had no effect; the caller
+    /// queues it).
+    fn run_within(&self, inputs: &[&Tensor], now: Instant, deadline: Instant) -> Option<Result<Outputs>> {
+        let _ = (now, deadline);
         Some(self.run(inputs))
     }
 }

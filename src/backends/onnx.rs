@@ -11,8 +11,8 @@ use ort::environment::Environment;
 use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
-use super::onnx_run::Direct;
-use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Pool};
+use super::onnx_run::{Direct, InputCache};
+use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -111,10 +111,11 @@ pub struct OnnxModel {
     direct: Option<Direct>,
 }
 
-/// A session with its kill switch.
+/// A session with its kill switch and its last run's input values.
 struct Runner {
     session: Session,
     stop: Arc<Stop>,
+    inputs: InputCache,
 }
 
 pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
@@ -144,7 +145,7 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
 
 impl OnnxModel {
     fn new_runner(&self) -> Result<Runner> {
-        Ok(Runner { session: self.new_session()?, stop: Arc::new(Stop::new()?) })
+        Ok(Runner { session: self.new_session()?, stop: Arc::new(Stop::new()?), inputs: InputCache::default() })
     }
 
     fn new_session(&self) -> Result<Session> {
@@ -182,10 +183,11 @@ impl LoadedModel for OnnxModel {
         &self.outputs
     }
 
-    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
         check_input_count(self.inputs.len(), inputs.len())?;
         let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
-        self.pool.with(|| self.new_runner(), |runner| self.run_on(runner, inputs, Instant::now() + limit).0)?
+        let now = Instant::now();
+        self.pool.with(|| self.new_runner(), |runner| self.run_on(runner, inputs, now, now + limit).0)?
     }
 
     fn stops_early(&self) -> bool {
@@ -193,11 +195,11 @@ impl LoadedModel for OnnxModel {
     }
 
     /// Only with a session already built (building one would take the main thread far past the deadline).
-    fn run_within(&self, inputs: &[&Tensor], deadline: Instant) -> Option<Result<Vec<Tensor>>> {
+    fn run_within(&self, inputs: &[&Tensor], now: Instant, deadline: Instant) -> Option<Result<Outputs>> {
         if let Err(e) = check_input_count(self.inputs.len(), inputs.len()) {
             return Some(Err(e));
         }
-        let (result, stopped) = self.pool.try_with(|runner| self.run_on(runner, inputs, deadline))?;
+        let (result, stopped) = self.pool.try_with(|runner| self.run_on(runner, inputs, now, deadline))?;
         (!stopped).then_some(result)
     }
 }
@@ -229,21 +231,26 @@ impl Stop {
     fn arm(&self) -> Result<u64> {
         let mut st = self.state.lock();
         st.run += 1;
-        st.fired = false;
-        self.options.unterminate().map_err(backend_err)?;
+        // ONNX Runtime's flag is only ever set together with `fired`, under this lock.
+        if st.fired {
+            self.options.unterminate().map_err(backend_err)?;
+            st.fired = false;
+        }
         Ok(st.run)
     }
 
-    fn fire(&self, run: u64) {
+    fn fired(&self) -> bool {
+        self.state.lock().fired
+    }
+}
+
+impl watchdog::Expire for Stop {
+    fn expire(&self, run: u64) {
         let mut st = self.state.lock();
         if st.run == run {
             st.fired = true;
             let _ = self.options.terminate();
         }
-    }
-
-    fn fired(&self) -> bool {
-        self.state.lock().fired
     }
 }
 
@@ -254,26 +261,31 @@ impl OnnxModel {
 
     /// One run, told to stop by the watchdog once `deadline` has passed (the kill switch: MODEL_EXECUTION_TIMEOUT,
     /// or the inline limit); with whether the watchdog fired. The number of inputs is checked.
-    fn run_on(&self, runner: &mut Runner, inputs: &[&Tensor], deadline: Instant) -> (Result<Vec<Tensor>>, bool) {
+    fn run_on(
+        &self,
+        runner: &mut Runner,
+        inputs: &[&Tensor],
+        now: Instant,
+        deadline: Instant,
+    ) -> (Result<Outputs>, bool) {
         let run = match runner.stop.arm() {
             Ok(run) => run,
             Err(e) => return (Err(e), false),
         };
-        let trigger = runner.stop.clone();
-        let watch = watchdog::watch(deadline, move || trigger.fire(run));
+        let watch = watchdog::watch(now, deadline, runner.stop.clone(), run);
         let result = self.run_once(runner, inputs);
         drop(watch);
         (result, runner.stop.fired())
     }
 
-    fn run_once(&self, runner: &mut Runner, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run_once(&self, runner: &mut Runner, inputs: &[&Tensor]) -> Result<Outputs> {
         let (session, options) = (&mut runner.session, &runner.stop.options);
         let before = onnx_alloc::overruns();
-        let outs = match self.direct.as_ref().and_then(|d| d.run(session, inputs, options)) {
+        let outs = match self.direct.as_ref().and_then(|d| d.run(session, &mut runner.inputs, inputs, options)) {
             Some(outs) => outs,
             None => self.values(inputs).and_then(|values| {
                 let outs = session.run_with_options(&values[..], options).map_err(backend_err)?;
-                outs.values().map(|v| from_value(&v)).collect::<Result<Vec<_>>>()
+                outs.values().map(|v| from_value(&v)).collect::<Result<Outputs>>()
             }),
         };
         // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why.

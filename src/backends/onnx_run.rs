@@ -1,6 +1,7 @@
 //! One ONNX Runtime run through its C API, for models whose outputs are all numeric or BOOL tensors (most
-//! models). Inputs are values over the tensors' own bytes with one memory description made at load, names are
-//! C strings made at load, and outputs are copied straight into tensors. `ort`'s safe wrappers allocate for
+//! models). Inputs are values over the tensors' own bytes with one memory description made at load (kept for
+//! the session's next run over the same tensors), names are C strings made at load, and outputs are copied
+//! straight into tensors. `ort`'s safe wrappers allocate for
 //! each of these on every run, which costs a tiny model about half as much main-thread time as ONNX Runtime's
 //! own run (docs/benchmarks.md). Anything else (STRING tensors, maps, unaligned bytes) takes `ort`'s path in
 //! onnx.rs.
@@ -10,11 +11,12 @@ use std::ptr::{self, NonNull};
 
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{RunOptions, Session};
-use ort::sys::{ONNXTensorElementDataType as Onnx, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue};
+use ort::sys::{ONNXTensorElementDataType as Onnx, OrtStatusPtr, OrtValue};
 use ort::value::{TensorElementType, ValueType};
 use ort::AsPointer;
 use smallvec::SmallVec;
 
+use super::Outputs;
 use crate::error::{Error, Result};
 use crate::tensor::{DataType, Tensor};
 
@@ -85,6 +87,44 @@ impl Drop for Values {
     }
 }
 
+/// What makes an input value: a value over the same bytes with the same type and shape is the same value.
+#[derive(PartialEq)]
+struct InputKey {
+    data: *const u8,
+    len: usize,
+    dtype: DataType,
+    shape: SmallVec<[i64; 4]>,
+}
+
+impl InputKey {
+    fn of(t: &Tensor) -> InputKey {
+        InputKey { data: t.data().as_ptr(), len: t.data().len(), dtype: t.dtype(), shape: t.shape().into() }
+    }
+}
+
+struct Cached {
+    key: InputKey,
+    value: *mut OrtValue,
+}
+
+impl Drop for Cached {
+    fn drop(&mut self) {
+        // SAFETY: the value was made for this entry by CreateTensorWithDataAsOrtValue and nothing else releases
+        // it; a value over borrowed bytes never reads them when released.
+        unsafe { (ort::api().ReleaseValue)(self.value) };
+    }
+}
+
+/// A session's input values from its last run, reused by the next run over the same tensors (a stored reference
+/// input, or the same keys run again): making and releasing a value costs about as much as the module's own
+/// work around a tiny model's run. Only compared by address, type and shape, never read, once its tensor is gone.
+#[derive(Default)]
+pub(super) struct InputCache(SmallVec<[Cached; 4]>);
+
+// SAFETY: the values are only used by the runner that owns the cache, by one thread at a time (`&mut`); ONNX
+// Runtime values are not tied to the thread that made them, and the raw addresses are only compared.
+unsafe impl Send for InputCache {}
+
 impl Direct {
     /// None when some output is not a numeric or BOOL tensor, or a name holds a NUL (or on a big-endian
     /// target, where tensor bytes would need swapping).
@@ -105,24 +145,41 @@ impl Direct {
 
     /// The run; None when an input cannot be handed over as it is (the caller takes `ort`'s path). The
     /// caller has checked the number of inputs.
-    pub fn run(&self, session: &mut Session, inputs: &[&Tensor], options: &RunOptions) -> Option<Result<Vec<Tensor>>> {
+    pub fn run(
+        &self,
+        session: &mut Session,
+        cache: &mut InputCache,
+        inputs: &[&Tensor],
+        options: &RunOptions,
+    ) -> Option<Result<Outputs>> {
         let handed_over =
             |t: &&Tensor| onnx_type(t.dtype()).is_some() && t.data().as_ptr().align_offset(t.dtype().elem_size()) == 0;
         if inputs.len() != self.inputs.len() || !inputs.iter().all(handed_over) {
             return None;
         }
-        Some(self.run_unchecked(session, inputs, options))
+        Some(self.run_unchecked(session, cache, inputs, options))
     }
 
-    fn run_unchecked(&self, session: &mut Session, inputs: &[&Tensor], options: &RunOptions) -> Result<Vec<Tensor>> {
+    fn run_unchecked(
+        &self,
+        session: &mut Session,
+        cache: &mut InputCache,
+        inputs: &[&Tensor],
+        options: &RunOptions,
+    ) -> Result<Outputs> {
         let api = ort::api();
-        let mut values = Values(SmallVec::new());
-        for t in inputs {
+        cache.0.truncate(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            let key = InputKey::of(t);
+            if cache.0.get(i).is_some_and(|c| c.key == key) {
+                continue;
+            }
             let (shape, data) = (t.shape(), t.data());
             let mut v = ptr::null_mut();
             // SAFETY: `data` is the tensor's bytes, aligned for its element type (checked by `run`), of exactly
-            // the length its shape and type give, and it outlives the value (released at the end of this
-            // run); ONNX Runtime only reads input values. The memory info and shape are read during the call.
+            // the length its shape and type give; ONNX Runtime only reads input values, and the value is used
+            // only while a tensor of this type and shape has its bytes at this address (`InputKey`). The
+            // memory info and shape are read during the call.
             check(unsafe {
                 (api.CreateTensorWithDataAsOrtValue)(
                     self.memory.ptr(),
@@ -134,12 +191,17 @@ impl Direct {
                     &mut v,
                 )
             })?;
-            values.0.push(v);
+            let made = Cached { key, value: v };
+            match cache.0.get_mut(i) {
+                // The replaced value is released by `Cached`'s drop.
+                Some(c) => *c = made,
+                None => cache.0.push(made),
+            }
         }
         let in_names: SmallVec<[_; 4]> = self.inputs.iter().map(|n| n.as_ptr()).collect();
         let out_names: SmallVec<[_; 4]> = self.outputs.iter().map(|n| n.as_ptr()).collect();
         let mut outs = Values(smallvec::smallvec![ptr::null_mut(); self.outputs.len()]);
-        let in_values: SmallVec<[*const OrtValue; 4]> = values.0.iter().map(|&v| v.cast_const()).collect();
+        let in_values: SmallVec<[*const OrtValue; 4]> = cache.0.iter().map(|c| c.value.cast_const()).collect();
         // SAFETY: the session is this thread's alone (`&mut`); every array holds as many entries as its length
         // says, the names are NUL-terminated and live in `self`; ONNX Runtime fills `outs` with values this run
         // then owns (`Values` releases them).
@@ -162,23 +224,17 @@ impl Direct {
 /// The output value `v` (a tensor, as the model's metadata says) copied into a tensor.
 fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
     let api = ort::api();
-    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
-    // SAFETY: `v` is a live output value of this run; `info` is released before returning, after its
-    // element type and dimensions were read into buffers of the size it reported.
-    let (ty, shape) = unsafe {
-        check((api.GetTensorTypeAndShape)(v, &mut info))?;
-        let read = || -> Result<(Onnx, SmallVec<[i64; 8]>)> {
-            let mut ty = Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-            check((api.GetTensorElementType)(info, &mut ty))?;
-            let mut n = 0usize;
-            check((api.GetDimensionsCount)(info, &mut n))?;
-            let mut shape: SmallVec<[i64; 8]> = smallvec::smallvec![0; n];
-            check((api.GetDimensions)(info, shape.as_mut_ptr(), n))?;
-            Ok((ty, shape))
-        };
-        let read = read();
-        (api.ReleaseTensorTypeAndShapeInfo)(info);
-        read?
+    let mut ty = Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    let (mut dims, mut ndims): (*const i64, usize) = (ptr::null(), 0);
+    // SAFETY: `v` is a live output value of this run; the dimensions it points to belong to the value and are
+    // copied before it is released (a reference rather than an info object: nothing is allocated).
+    let shape: SmallVec<[i64; 8]> = unsafe {
+        check((api.GetTensorElementTypeAndShapeDataReference)(v, &mut ty, &mut dims, &mut ndims))?;
+        if ndims == 0 || dims.is_null() {
+            SmallVec::new()
+        } else {
+            SmallVec::from_slice(std::slice::from_raw_parts(dims, ndims))
+        }
     };
     let dt = DataType::ALL
         .into_iter()

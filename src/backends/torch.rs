@@ -7,7 +7,7 @@ use std::sync::Arc;
 use libloading::Library;
 
 use super::torch_abi::{self as abi, StrView, TensorOut, TensorView};
-use super::{LibrarySlot, LoadOptions, LoadedModel, LoadedScript};
+use super::{LibrarySlot, LoadOptions, LoadedModel, LoadedScript, Outputs};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -259,12 +259,14 @@ impl LoadedModel for TorchModel {
     fn outputs(&self) -> &[String] {
         &self.outputs
     }
-    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
         let v = views(inputs);
         // SAFETY: the views borrow `inputs` for the call; the handle is live.
-        self.backend.collect(|outs, n, err| unsafe {
-            (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, timeout_ms(), outs, n, err)
-        })
+        self.backend
+            .collect(|outs, n, err| unsafe {
+                (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, timeout_ms(), outs, n, err)
+            })
+            .map(Outputs::from_vec)
     }
 }
 

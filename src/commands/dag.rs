@@ -268,7 +268,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
     }
     for key in persist {
         let slot = names.get(key).ok_or_else(|| err("PERSIST key cannot be found in DAG"))?;
-        plan.persist.push((key.to_vec(), slot));
+        plan.persist.push((crate::commands::tensor::Word::from_slice(key), slot));
     }
     Ok(plan)
 }
@@ -391,7 +391,7 @@ mod tests {
         fn outputs(&self) -> &[String] {
             self.inputs()
         }
-        fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        fn run(&self, inputs: &[&Tensor]) -> Result<crate::backends::Outputs> {
             Ok(inputs.iter().map(|t| (*t).clone()).collect())
         }
     }
@@ -537,7 +537,7 @@ mod tests {
         assert_eq!(p.ops[0].inputs(), &[1]);
         assert_eq!(p.ops[0].outputs(), &[2]);
         assert_eq!(&*p.ops[0].device, "CPU:1");
-        assert_eq!(p.persist, vec![(b"a".to_vec(), 2)]);
+        assert_eq!(p.persist[..], [(crate::commands::tensor::Word::from_slice(b"a"), 2)]);
     }
 
     #[test]

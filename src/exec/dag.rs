@@ -6,7 +6,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::commands::script::ScriptCall;
-use crate::commands::tensor::GetFormat;
+use crate::commands::tensor::{GetFormat, Word};
 use crate::model::Model;
 use crate::script::{CallStyle, Script};
 use crate::tensor::Tensor;
@@ -95,8 +95,9 @@ pub struct Plan {
     pub slots: usize,
     /// Tensors present before any op runs (LOAD, and the inputs of MODELEXECUTE).
     pub loaded: SmallVec<[(Slot, Arc<Tensor>); 4]>,
-    /// Keys written at reply time, with the slot holding each one's final value.
-    pub persist: Vec<(Vec<u8>, Slot)>,
+    /// Keys written at reply time, with the slot holding each one's final value (short names inline: a
+    /// MODELEXECUTE's output costs no allocation).
+    pub persist: SmallVec<[(Word, Slot); 1]>,
     /// Longest time the run may wait before an op starts (RedisAI's TIMEOUT).
     pub timeout: Option<Duration>,
     /// The client's database and ACL user (what scripts' callbacks act as).

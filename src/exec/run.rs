@@ -161,7 +161,7 @@ impl Run {
                 };
                 let start = now;
                 let ran = catch_unwind(AssertUnwindSafe(|| {
-                    run_model(model, outputs.len(), &loaded, start, |m, refs| m.run_within(refs, deadline))
+                    run_model(model, outputs.len(), &loaded, start, |m, refs| m.run_within(refs, start, deadline))
                 }));
                 let result = match ran {
                     Ok(Some((result, sample, end))) => {
@@ -369,7 +369,7 @@ pub fn step_batch(entries: Vec<Entry>) {
     let rows: Vec<usize> = ready.iter().map(|(_, ins)| ins[0].dim0().max(0) as usize).collect();
     let total: usize = rows.iter().sum();
     let start = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<Tensor>> {
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<crate::backends::Outputs> {
         let joined = (0..ready[0].1.len())
             .map(|i| Tensor::concat(&ready.iter().map(|(_, ins)| ins[i].as_ref()).collect::<Vec<_>>()))
             .collect::<Result<Vec<Tensor>>>()?;
@@ -433,7 +433,7 @@ fn run_model(
     noutputs: usize,
     inputs: &[Arc<Tensor>],
     start: Instant,
-    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Vec<Tensor>>>,
+    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<crate::backends::Outputs>>,
 ) -> Option<(Result<Tensors>, Sample, Instant)> {
     let refs: SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
     let result = match model.loaded() {
@@ -532,14 +532,14 @@ mod tests {
         fn outputs(&self) -> &[String] {
             &self.outputs
         }
-        fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        fn run(&self, inputs: &[&Tensor]) -> Result<crate::backends::Outputs> {
             self.runs.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(self.delay);
             if self.fail {
                 return Err(Error::Plain("injected failure".into()));
             }
             let sum: f64 = inputs.iter().map(|t| value(t)).sum();
-            Ok(vec![scalar(sum + 1.0)])
+            Ok(smallvec::smallvec![scalar(sum + 1.0)])
         }
     }
 
@@ -663,10 +663,10 @@ mod tests {
         fn outputs(&self) -> &[String] {
             &self.0[..1]
         }
-        fn run(&self, _: &[&Tensor]) -> Result<Vec<Tensor>> {
-            Ok(vec![scalar(0.0)])
+        fn run(&self, _: &[&Tensor]) -> Result<crate::backends::Outputs> {
+            Ok(smallvec::smallvec![scalar(0.0)])
         }
-        fn run_within(&self, _: &[&Tensor], _: Instant) -> Option<Result<Vec<Tensor>>> {
+        fn run_within(&self, _: &[&Tensor], _: Instant, _: Instant) -> Option<Result<crate::backends::Outputs>> {
             None
         }
     }

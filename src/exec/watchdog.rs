@@ -6,7 +6,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-type Callback = Box<dyn FnOnce() + Send>;
+/// What a deadline stops: `expire(tag)` is called once if the deadline passes first. A shared object and a tag
+/// rather than a boxed closure, so that registering a run allocates nothing (an inline run registers one).
+pub trait Expire: Send + Sync {
+    fn expire(&self, tag: u64);
+}
+
+type Callback = (Arc<dyn Expire>, u64);
 
 #[derive(Default)]
 struct State {
@@ -35,8 +41,8 @@ struct Watchdog {
     cv: Condvar,
 }
 
-static WATCHDOG: LazyLock<Arc<Watchdog>> =
-    LazyLock::new(|| Arc::new(Watchdog { state: Mutex::new(State::default()), cv: Condvar::new() }));
+static WATCHDOG: LazyLock<Watchdog> =
+    LazyLock::new(|| Watchdog { state: Mutex::new(State::default()), cv: Condvar::new() });
 
 /// A registered deadline; dropping it (the run finished in time) cancels the callback.
 pub struct Watch(u64);
@@ -51,18 +57,17 @@ impl Drop for Watch {
     }
 }
 
-/// Calls `on_expiry` once if `deadline` passes before the returned `Watch` is dropped.
-pub fn watch(deadline: Instant, on_expiry: impl FnOnce() + Send + 'static) -> Watch {
-    let dog = WATCHDOG.clone();
+/// Calls `target.expire(tag)` once if `deadline` passes before the returned `Watch` is dropped. `now`: the
+/// caller's current time (it has just read the clock).
+pub fn watch(now: Instant, deadline: Instant, target: Arc<dyn Expire>, tag: u64) -> Watch {
+    let dog: &'static Watchdog = &WATCHDOG;
     let mut st = dog.state.lock();
     st.next_id += 1;
     let id = st.next_id;
-    st.items.push((id, deadline, Box::new(on_expiry)));
+    st.items.push((id, deadline, (target, tag)));
     if !st.started {
-        let worker = dog.clone();
-        st.started = std::thread::Builder::new().name("ai:watchdog".into()).spawn(move || worker.run()).is_ok();
+        st.started = std::thread::Builder::new().name("ai:watchdog".into()).spawn(move || dog.run()).is_ok();
     }
-    let now = Instant::now();
     if deadline.saturating_duration_since(now) < SHORT {
         st.tick_until = Some(st.tick_until.map_or(now + TICK_FOR, |t| t.max(now + TICK_FOR)));
     }
@@ -82,8 +87,8 @@ impl Watchdog {
             let due: Vec<Callback> = st.items.extract_if(.., |(_, d, _)| *d <= now).map(|(_, _, cb)| cb).collect();
             if !due.is_empty() {
                 drop(st);
-                for cb in due {
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(cb));
+                for (target, tag) in due {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| target.expire(tag)));
                 }
                 st = self.state.lock();
                 continue;
@@ -109,19 +114,22 @@ mod tests {
 
     use super::*;
 
+    struct Count(AtomicUsize);
+
+    impl Expire for Count {
+        fn expire(&self, tag: u64) {
+            self.0.fetch_add(tag as usize, Ordering::SeqCst);
+        }
+    }
+
     #[test]
     fn fires_expired_and_not_cancelled() {
-        let fired = Arc::new(AtomicUsize::new(0));
-        let f = fired.clone();
-        let _late = watch(Instant::now() + Duration::from_millis(20), move || {
-            f.fetch_add(1, Ordering::SeqCst);
-        });
-        let f = fired.clone();
-        let cancelled = watch(Instant::now() + Duration::from_millis(20), move || {
-            f.fetch_add(100, Ordering::SeqCst);
-        });
+        let fired = Arc::new(Count(AtomicUsize::new(0)));
+        let now = Instant::now();
+        let _late = watch(now, now + Duration::from_millis(20), fired.clone(), 1);
+        let cancelled = watch(now, now + Duration::from_millis(20), fired.clone(), 100);
         drop(cancelled);
         std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(fired.load(Ordering::SeqCst), 1);
+        assert_eq!(fired.0.load(Ordering::SeqCst), 1);
     }
 }

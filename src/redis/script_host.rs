@@ -247,7 +247,7 @@ fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<T
     if outs.len() != noutputs {
         return Err(Error::Generic("Model did not generate the expected number of outputs".into()));
     }
-    Ok(outs)
+    Ok(outs.into_vec())
 }
 
 unsafe extern "C" fn model_execute(

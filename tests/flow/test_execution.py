@@ -135,6 +135,35 @@ def test_concurrent_stores_and_runs(server):
     assert ai_info(con, "m")["calls"] == 4 * 30
 
 
+def test_new_tensors_at_reused_memory_give_their_own_results(con):
+    """A session keeps its last run's ONNX input values for the next run over tensors at the same address with the
+    same type and shape (onnx_run.rs). Keys overwritten again and again, whose memory the allocator hands out
+    again, with the same bytes in other shapes and then another type: every run computes on its own inputs."""
+    store(con, "m", "mul")
+    rng = np.random.default_rng(11)
+    for i in range(300):
+        shape = [(2, 2), (1, 4), (4, 1)][i % 3]
+        a, b = rng.random(shape, dtype=np.float32), rng.random(shape, dtype=np.float32)
+        set_tensor(con, "a", a)
+        set_tensor(con, "b", b)
+        assert model_execute(con, "m", ["a", "b"], ["c"]) == b"OK"
+        np.testing.assert_array_equal(get_tensor(con, "c"), a * b)
+        if i % 50 == 0:
+            assert model_execute(con, "m", ["b", "a"], ["c"]) == b"OK"
+            np.testing.assert_array_equal(get_tensor(con, "c"), b * a)
+    # A tensor of another type where a freed input was (the allocator hands its memory out again): refused by
+    # the model, never read as the floats that were there.
+    for i in range(20):
+        set_tensor(con, "x", rng.random((16, 16), dtype=np.float32))
+        set_tensor(con, "y", rng.random((16, 16), dtype=np.float32))
+        assert model_execute(con, "m", ["x", "y"], ["c"]) == b"OK"
+        con.delete("x")
+        # VALUES, so that no BLOB argument of the same size takes the freed memory first.
+        con.execute_command("AI.TENSORSET", "z", "INT32", 16, 16, "VALUES", *range(256))
+        with pytest.raises(redis.ResponseError, match="Unexpected input data type"):
+            model_execute(con, "m", ["z", "y"], ["c"])
+
+
 # =================================================================================================
 # clients that disconnect while blocked
 

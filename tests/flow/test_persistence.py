@@ -303,7 +303,7 @@ def test_replica_after_master_restart_from_rdb(make_server, make_replica):
 def test_computed_outputs_replicate_byte_exact(make_server, make_replica):
     """MODELEXECUTE/SCRIPTEXECUTE outputs reach the replica as AI.TENSORSET … BLOB, whose type and dimension words
     the module shares between replications (dimensions from 1024 on are made per tensor): every dtype the
-    script can return, dimensions on both sides of that limit, the same shapes twice."""
+    script can return, dimensions on both sides of that limit, ranks 1 to 8, the same shapes twice."""
     from helpers.torch_models import entry, script_store
     master = make_server(name="master")
     replica = make_replica(master)
@@ -313,7 +313,10 @@ def test_computed_outputs_replicate_byte_exact(make_server, make_replica):
     outputs = []
     for round_ in range(2):
         for dt in ("FLOAT", "DOUBLE", "INT8", "INT16", "INT32", "INT64", "UINT8", "BOOL"):
-            for shape in ([2, 3], [1, 1023], [1024], [1, 1025, 2], [3000]):
+            # Ranks up to 6 are replicated with one word per argument, longer ones as a vector (emit.rs).
+            for shape in ([2, 3], [1, 1023], [1024], [1, 1025, 2], [3000], [2, 1, 2, 3], [1, 2, 3, 1, 2],
+                          [1, 2, 1, 2, 1, 2], [2, 1, 1, 1, 1, 1, 3],
+                          [1, 1, 2, 1, 1, 1, 1, 2]):
                 n = int(np.prod(shape))
                 key_in, key_out = f"in:{dt}:{shape}", f"out:{round_}:{dt}:{shape}"
                 mcon.execute_command("AI.TENSORSET", key_in, dt, *shape, "BLOB", _blob(dt, n, rng))

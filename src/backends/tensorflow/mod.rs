@@ -6,7 +6,7 @@ mod ffi;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
-use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel};
+use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -342,7 +342,7 @@ impl LoadedModel for TfModel {
         &self.outputs
     }
 
-    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
         check_input_count(self.input_ops.len(), inputs.len())?;
         let a = &*self.api;
         let mut ins = Tensors(a, Vec::with_capacity(inputs.len()));

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Pool};
+use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -268,7 +268,7 @@ impl Drop for Buffers<'_> {
 }
 
 impl TfLiteModel {
-    fn run_on(&self, inst: &mut Instance, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run_on(&self, inst: &mut Instance, inputs: &[&Tensor]) -> Result<Outputs> {
         let a = &*self.api;
         let n_in = self.inputs.len();
         let n_out = self.outputs.len();
@@ -349,7 +349,7 @@ impl TfLiteModel {
                 }
                 return Err(Error::Plain(format!("TFLITE: LiteRT failed to run the model (status {status})")));
             }
-            let mut result = Vec::with_capacity(n_out);
+            let mut result = Outputs::with_capacity(n_out);
             for port in &self.outputs {
                 let dtype = our_type(port.element_type).unwrap_or(DataType::Float);
                 let shape = std::mem::take(&mut shapes[port.sig_index]);
@@ -375,7 +375,7 @@ impl LoadedModel for TfLiteModel {
         &self.output_names
     }
 
-    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
         check_input_count(self.inputs.len(), inputs.len())?;
         for (port, t) in self.inputs.iter().zip(inputs) {
             if lite_type(t.dtype()) != Some(port.element_type) {

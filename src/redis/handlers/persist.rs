@@ -15,10 +15,11 @@ use crate::tensor::Tensor;
 pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tensor>)]) -> Result<()> {
     if let [(key, t)] = outputs {
         // One key (the usual case): opened once, its type checked before anything is written.
-        let k = Key::open_name(ctx, key, true);
+        let name = OwnedStrings::new(&[key]);
+        let k = Key::open(ctx, name.0[0], true);
         k.check_type(&TENSOR_TYPE)?;
         k.store(&TENSOR_TYPE, t.clone(), tensor_free)?;
-        replicate_tensorset(ctx, key, t);
+        replicate_tensorset(ctx, name.0[0], t);
         return Ok(());
     }
     // Several: one open key at a time (an output name may repeat, and two open handles of one key would not
@@ -27,8 +28,9 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tenso
         Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
     }
     for (key, t) in outputs {
-        Key::open_name(ctx, key, true).store(&TENSOR_TYPE, t.clone(), tensor_free)?;
-        replicate_tensorset(ctx, key, t);
+        let name = OwnedStrings::new(&[key]);
+        Key::open(ctx, name.0[0], true).store(&TENSOR_TYPE, t.clone(), tensor_free)?;
+        replicate_tensorset(ctx, name.0[0], t);
     }
     Ok(())
 }
@@ -63,7 +65,8 @@ fn shared_word(
     words[index].0
 }
 
-fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
+/// `key`: the key's name as a Redis string (Redis takes a reference to it rather than a copy).
+fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, t: &Tensor) {
     use crate::commands::tensor::Word;
     use crate::tensor::DataType;
     let types = DataType::ALL.len();
@@ -86,7 +89,7 @@ fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Tensor) {
     }
     words.push(shared_word(&mut cache, types, || Word::from_slice(b"BLOB")));
     drop(cache);
-    crate::redis::emit::replicate(ctx, c"AI.TENSORSET", key, &mut words, Some(t.data()));
+    crate::redis::emit::replicate(ctx, c"AI.TENSORSET", key, &words, t.data());
 }
 
 /// Replicates a command as the client sent it, from a completion (where the client's argv is gone).

@@ -8,6 +8,7 @@ use redis_module::raw;
 
 use super::persist::{replicate_argv, write_outputs};
 use super::Cmd;
+use crate::commands::tensor::Word;
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -121,7 +122,7 @@ pub fn bind_keys(c: &Cmd, plan: &mut Plan, inputs: &[&[u8]], outputs: &[&[u8]]) 
         ins.push(s);
     }
     let outs: Slots = outputs.iter().map(|_| plan.new_slot()).collect();
-    plan.persist = outputs.iter().map(|k| k.to_vec()).zip(outs.iter().copied()).collect();
+    plan.persist = outputs.iter().map(|k| Word::from_slice(k)).zip(outs.iter().copied()).collect();
     Ok((ins, outs))
 }
 
