@@ -188,8 +188,9 @@ def explain_ceiling(name, target, ping, ping_cpu, result, cpu, ort):
           "the command (read, parse, reply, write) %.2f, inside the command (INFO commandstats) %.2f"
           % (needed, main, around, inside))
     if ort is not None:
-        print("  ONNX Runtime's own run of this model (in-process, C API, input values made once, as a session keeps them) takes %.2f: "
-              "a module whose command cost only that would run at %.3f of PING; the target leaves the module's own "
+        print("  ONNX Runtime's own run of this model (in-process, C API, input values made once, as a session keeps "
+              "them) takes %.2f: a module whose command cost only that would run at %.3f of PING; the target leaves "
+              "the module's own "
               "code %.2f us per request (it uses %.2f)"
               % (ort, 1e6 / (around + ort) / ping[0], needed - around - ort, inside - ort))
 
