@@ -186,8 +186,14 @@ impl LoadedModel for OnnxModel {
     fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
         check_input_count(self.inputs.len(), inputs.len())?;
         let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
-        let now = Instant::now();
-        self.pool.with(|| self.new_runner(), |runner| self.run_on(runner, inputs, now, now + limit).0)?
+        // The limit counts from the run's start, once a session is at hand (making one is not the run).
+        self.pool.with(
+            || self.new_runner(),
+            |runner| {
+                let now = Instant::now();
+                self.run_on(runner, inputs, now, now + limit).0
+            },
+        )?
     }
 
     fn stops_early(&self) -> bool {
