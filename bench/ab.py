@@ -23,13 +23,7 @@ def main():
             bench.MODULE = lib
             s = bench.Server()
             servers[lib] = s
-            with open(os.path.join(bench.DATA, "mul.onnx"), "rb") as f:
-                s.cli("-x", "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", stdin=f.read())
-            s.cli("AI.TENSORSET", "a", "FLOAT", "2", "2", "VALUES", "1", "2", "3", "4")
-            s.cli("AI.TENSORSET", "b", "FLOAT", "2", "2", "VALUES", "5", "6", "7", "8")
-            for _ in range(10):
-                assert s.cli(*bench.EXECUTE) == "OK"
-                assert s.cli(*bench.DAG).split() == ["OK", "5", "12", "21", "32"]
+            bench.prepare_tiny(s)
         res = {(lib, c): [] for lib in libs for c in ("PING", "EXEC", "DAG")}
         for _ in range(rounds):
             for lib in libs:

@@ -126,6 +126,18 @@ DAG = ("AI.DAGEXECUTE", "LOAD", "2", "a", "b", "|>", "AI.MODELEXECUTE", "m", "IN
        "c", "|>", "AI.TENSORGET", "c", "VALUES")
 
 
+def prepare_tiny(s):
+    """Stores the tiny model `m` (mul.onnx) and its inputs `a` and `b` on server `s`, and runs EXECUTE and DAG
+    ten times (their first runs are never inline), checking their replies."""
+    with open(os.path.join(DATA, "mul.onnx"), "rb") as f:
+        s.cli("-x", "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", stdin=f.read())
+    s.cli("AI.TENSORSET", "a", "FLOAT", "2", "2", "VALUES", "1", "2", "3", "4")
+    s.cli("AI.TENSORSET", "b", "FLOAT", "2", "2", "VALUES", "5", "6", "7", "8")
+    for _ in range(10):
+        assert s.cli(*EXECUTE) == "OK"
+        assert s.cli(*DAG).split() == ["OK", "5", "12", "21", "32"]
+
+
 def bench_execute(requests):
     """The tiny model against PING, as MODELEXECUTE and as a LOAD -> MODELEXECUTE -> TENSORGET DAG, with the
     default INLINE_THRESHOLD (short runs inline on the main thread) and with INLINE_THRESHOLD 0 (every run
@@ -134,13 +146,7 @@ def bench_execute(requests):
     for label, extra in (("inline (default)", ()), ("queued (INLINE_THRESHOLD 0)", ("INLINE_THRESHOLD", "0"))):
         s = Server(extra=extra)
         try:
-            with open(os.path.join(DATA, "mul.onnx"), "rb") as f:
-                s.cli("-x", "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", stdin=f.read())
-            s.cli("AI.TENSORSET", "a", "FLOAT", "2", "2", "VALUES", "1", "2", "3", "4")
-            s.cli("AI.TENSORSET", "b", "FLOAT", "2", "2", "VALUES", "5", "6", "7", "8")
-            for _ in range(10):
-                assert s.cli(*EXECUTE) == "OK"
-                assert s.cli(*DAG).split() == ["OK", "5", "12", "21", "32"]
+            prepare_tiny(s)
             redis_benchmark(s.port, 50, requests // 10, "PING")  # warm-up
             ping, ping_cpu = cpu_per_request(s, requests, "PING")
             execute, exec_cpu = cpu_per_request(s, requests, *EXECUTE)
@@ -190,8 +196,7 @@ def explain_ceiling(name, target, ping, ping_cpu, result, cpu, ort):
     if ort is not None:
         print("  ONNX Runtime's own run of this model (in-process, C API, input values made once, as a session keeps "
               "them) takes %.2f: a module whose command cost only that would run at %.3f of PING; the target leaves "
-              "the module's own "
-              "code %.2f us per request (it uses %.2f)"
+              "the module's own code %.2f us per request (it uses %.2f)"
               % (ort, 1e6 / (around + ort) / ping[0], needed - around - ort, inside - ort))
 
 

@@ -1,9 +1,8 @@
 //! One ONNX Runtime run through its C API, for models whose outputs are all numeric or BOOL tensors (most
 //! models). Inputs are values over the tensors' own bytes with one memory description made at load (kept for
 //! the session's next run over the same tensors), names are C strings made at load, and outputs are copied
-//! straight into tensors. `ort`'s safe wrappers allocate for
-//! each of these on every run, which costs a tiny model about half as much main-thread time as ONNX Runtime's
-//! own run (docs/benchmarks.md). Anything else (STRING tensors, maps, unaligned bytes) takes `ort`'s path in
+//! straight into tensors. `ort`'s safe wrappers allocate for each of these on every run, which costs a tiny
+//! model about half as much main-thread time as ONNX Runtime's own run (docs/benchmarks.md). Anything else (STRING tensors, maps, unaligned bytes) takes `ort`'s path in
 //! onnx.rs.
 
 use std::ffi::{c_void, CStr, CString};
@@ -87,18 +86,18 @@ impl Drop for Values {
     }
 }
 
-/// What makes an input value: a value over the same bytes with the same type and shape is the same value.
+/// What makes an input value: a value over the same bytes with the same type and shape is the same value (the
+/// type and shape also give the bytes' length).
 #[derive(PartialEq)]
 struct InputKey {
     data: *const u8,
-    len: usize,
     dtype: DataType,
     shape: SmallVec<[i64; 4]>,
 }
 
 impl InputKey {
     fn of(t: &Tensor) -> InputKey {
-        InputKey { data: t.data().as_ptr(), len: t.data().len(), dtype: t.dtype(), shape: t.shape().into() }
+        InputKey { data: t.data().as_ptr(), dtype: t.dtype(), shape: t.shape().into() }
     }
 }
 

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use super::batch::{BatchKey, Queued};
 use super::dag::{OpKind, Plan};
 use super::queue::{Queue, Queues};
-use crate::backends::LoadedModel;
+use crate::backends::{LoadedModel, Outputs};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::tensor::Tensor;
@@ -369,7 +369,7 @@ pub fn step_batch(entries: Vec<Entry>) {
     let rows: Vec<usize> = ready.iter().map(|(_, ins)| ins[0].dim0().max(0) as usize).collect();
     let total: usize = rows.iter().sum();
     let start = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| -> Result<crate::backends::Outputs> {
+    let result = catch_unwind(AssertUnwindSafe(|| -> Result<Outputs> {
         let joined = (0..ready[0].1.len())
             .map(|i| Tensor::concat(&ready.iter().map(|(_, ins)| ins[i].as_ref()).collect::<Vec<_>>()))
             .collect::<Result<Vec<Tensor>>>()?;
@@ -433,7 +433,7 @@ fn run_model(
     noutputs: usize,
     inputs: &[Arc<Tensor>],
     start: Instant,
-    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<crate::backends::Outputs>>,
+    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Outputs>>,
 ) -> Option<(Result<Tensors>, Sample, Instant)> {
     let refs: SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
     let result = match model.loaded() {
@@ -510,7 +510,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::backends::LoadedModel;
+    use crate::backends::{LoadedModel, Outputs};
     use crate::device::Device;
     use crate::exec::dag::{Op, OpKind, Plan};
     use crate::model::{BackendKind, BatchOpts, Model, ModelSpec};
@@ -532,7 +532,7 @@ mod tests {
         fn outputs(&self) -> &[String] {
             &self.outputs
         }
-        fn run(&self, inputs: &[&Tensor]) -> Result<crate::backends::Outputs> {
+        fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
             self.runs.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(self.delay);
             if self.fail {
@@ -663,10 +663,10 @@ mod tests {
         fn outputs(&self) -> &[String] {
             &self.0[..1]
         }
-        fn run(&self, _: &[&Tensor]) -> Result<crate::backends::Outputs> {
+        fn run(&self, _: &[&Tensor]) -> Result<Outputs> {
             Ok(smallvec::smallvec![scalar(0.0)])
         }
-        fn run_within(&self, _: &[&Tensor], _: Instant, _: Instant) -> Option<Result<crate::backends::Outputs>> {
+        fn run_within(&self, _: &[&Tensor], _: Instant, _: Instant) -> Option<Result<Outputs>> {
             None
         }
     }

@@ -15,12 +15,7 @@ use crate::tensor::Tensor;
 pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tensor>)]) -> Result<()> {
     if let [(key, t)] = outputs {
         // One key (the usual case): opened once, its type checked before anything is written.
-        let name = OwnedStrings::new(&[key]);
-        let k = Key::open(ctx, name.0[0], true);
-        k.check_type(&TENSOR_TYPE)?;
-        k.store(&TENSOR_TYPE, t.clone(), tensor_free)?;
-        replicate_tensorset(ctx, name.0[0], t);
-        return Ok(());
+        return store_and_replicate(ctx, key, t, true);
     }
     // Several: one open key at a time (an output name may repeat, and two open handles of one key would not
     // see each other's writes).
@@ -28,10 +23,21 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tenso
         Key::open_name(ctx, key, false).check_type(&TENSOR_TYPE)?;
     }
     for (key, t) in outputs {
-        let name = OwnedStrings::new(&[key]);
-        Key::open(ctx, name.0[0], true).store(&TENSOR_TYPE, t.clone(), tensor_free)?;
-        replicate_tensorset(ctx, name.0[0], t);
+        store_and_replicate(ctx, key, t, false)?;
     }
+    Ok(())
+}
+
+/// Stores `t` under `key` (its type checked first when `check`) and replicates it; one Redis string of the
+/// name serves both (the replication takes a reference to it rather than a copy).
+fn store_and_replicate(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Arc<Tensor>, check: bool) -> Result<()> {
+    let name = OwnedStrings::new(&[key]);
+    let k = Key::open(ctx, name.0[0], true);
+    if check {
+        k.check_type(&TENSOR_TYPE)?;
+    }
+    k.store(&TENSOR_TYPE, t.clone(), tensor_free)?;
+    replicate_tensorset(ctx, name.0[0], t);
     Ok(())
 }
 
