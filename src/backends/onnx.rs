@@ -168,7 +168,7 @@ impl OnnxModel {
         }
         let before = onnx_alloc::overruns();
         let session = b.commit_from_memory(&self.blob);
-        if onnx_alloc::overruns() > before {
+        if session.is_err() && onnx_alloc::overruns() > before {
             return Err(Error::Plain(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
         }
         session.map_err(backend_err)
@@ -294,8 +294,9 @@ impl OnnxModel {
                 outs.values().map(|v| from_value(&v)).collect::<Result<Outputs>>()
             }),
         };
-        // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why.
-        if onnx_alloc::overruns() > before {
+        // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why. The
+        // count is the process's, so only a failed run reads it: another run's refusal must not fail this one.
+        if outs.is_err() && onnx_alloc::overruns() > before {
             return Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()));
         }
         outs

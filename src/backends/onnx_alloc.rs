@@ -22,7 +22,7 @@ use ort::sys::{OrtAllocator, OrtAllocatorType, OrtEnv, OrtMemType, OrtMemoryInfo
 static MEMORY: AtomicU64 = AtomicU64::new(0);
 /// Allocations plus frees.
 static ACCESSES: AtomicU64 = AtomicU64::new(0);
-/// Allocations refused at the bound (a call during which this grew fails).
+/// Allocations refused at the bound (a failed call during which this grew failed for the bound).
 static OVERRUNS: AtomicU64 = AtomicU64::new(0);
 /// The bound in bytes (0: none), fixed when the runtime is opened.
 static LIMIT: AtomicU64 = AtomicU64::new(0);
@@ -62,32 +62,44 @@ extern "C" fn rai_onnx_counted_alloc(size: usize) -> *mut c_void {
     unsafe { alloc(std::ptr::null_mut(), size) }
 }
 
+/// Adds `size` to `memory` if the sum stays within `limit` (0: no limit), in one atomic step: checking and adding
+/// in two let concurrent runs pass the bound together.
+fn reserve(memory: &AtomicU64, limit: u64, size: u64) -> bool {
+    if limit == 0 {
+        memory.fetch_add(size, Ordering::Relaxed);
+        return true;
+    }
+    memory.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| m.checked_add(size).filter(|&t| t <= limit)).is_ok()
+}
+
 /// Null when the allocation would pass the bound or fails: ONNX Runtime gets an exception then (see above).
+/// The memory is zeroed: ONNX Runtime hands some buffers to a kernel before anything wrote them, and what the
+/// allocator held before may be another client's tensor.
 /// # Safety
 /// None beyond FFI: it only allocates; `_this` is unused.
 unsafe fn alloc(_this: *mut OrtAllocator, size: usize) -> *mut c_void {
     ACCESSES.fetch_add(1, Ordering::Relaxed);
-    let limit = LIMIT.load(Ordering::Relaxed);
-    if limit > 0 && MEMORY.load(Ordering::Relaxed).saturating_add(size as u64) > limit {
-        OVERRUNS.fetch_add(1, Ordering::Relaxed);
-        return std::ptr::null_mut();
-    }
     let Some(layout) = block_layout(size) else {
         return std::ptr::null_mut();
     };
+    if !reserve(&MEMORY, LIMIT.load(Ordering::Relaxed), size as u64) {
+        OVERRUNS.fetch_add(1, Ordering::Relaxed);
+        return std::ptr::null_mut();
+    }
     // SAFETY: `layout` has a non-zero size. The returned pointer is the first ALIGN boundary at least HEADER
     // bytes into the block, so it is at most HEADER + ALIGN - 1 < SLACK bytes in, and `size` bytes fit after
     // it; the two header words sit inside the block, word-aligned.
     unsafe {
         let base = std::alloc::alloc(layout);
         if base.is_null() {
+            MEMORY.fetch_sub(size as u64, Ordering::Relaxed);
             return std::ptr::null_mut();
         }
         let offset = (ALIGN - (base as usize + HEADER) % ALIGN) % ALIGN + HEADER;
         let user = base.add(offset);
         (user.sub(std::mem::size_of::<usize>()) as *mut usize).write(size);
         (user.sub(HEADER) as *mut usize).write(offset);
-        MEMORY.fetch_add(size as u64, Ordering::Relaxed);
+        std::ptr::write_bytes(user, 0, size);
         user.cast()
     }
 }
@@ -162,7 +174,8 @@ pub fn counters() -> (u64, u64) {
     (MEMORY.load(Ordering::Relaxed), ACCESSES.load(Ordering::Relaxed))
 }
 
-/// Allocations past the limit so far: a call during which this grew must fail with `LIMIT_ERROR`.
+/// Allocations past the limit so far: a call that failed while this grew failed for the bound (`LIMIT_ERROR`).
+/// A call that succeeded did not: the refusal was another run's.
 pub fn overruns() -> u64 {
     OVERRUNS.load(Ordering::Relaxed)
 }
@@ -170,6 +183,50 @@ pub fn overruns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fresh blocks hold zeros, also where a freed block with other bytes stood.
+    #[test]
+    fn blocks_come_zeroed() {
+        for round in 0..50 {
+            let size = 4096 + round * 64;
+            // SAFETY: alloc/free do not use their allocator argument; each block is written within its size and
+            // freed once.
+            unsafe {
+                let p = alloc(std::ptr::null_mut(), size) as *mut u8;
+                std::ptr::write_bytes(p, 0x5a, size);
+                free(std::ptr::null_mut(), p.cast());
+                let q = alloc(std::ptr::null_mut(), size) as *mut u8;
+                assert!(std::slice::from_raw_parts(q, size).iter().all(|&b| b == 0), "round {round}");
+                free(std::ptr::null_mut(), q.cast());
+            }
+        }
+    }
+
+    /// Of several runs that each want 60 of a bound of 100 at the same moment, exactly one gets it.
+    #[test]
+    fn concurrent_reservations_never_pass_the_bound() {
+        const THREADS: usize = 4;
+        for _ in 0..2000 {
+            let memory = AtomicU64::new(0);
+            let barrier = std::sync::Barrier::new(THREADS);
+            let granted = std::sync::atomic::AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..THREADS {
+                    s.spawn(|| {
+                        barrier.wait();
+                        if reserve(&memory, 100, 60) {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            });
+            assert_eq!(granted.load(Ordering::Relaxed), 1);
+            assert_eq!(memory.load(Ordering::Relaxed), 60);
+        }
+        let memory = AtomicU64::new(0);
+        assert!(reserve(&memory, 0, u64::MAX - 1), "no bound");
+        assert!(!reserve(&memory, 100, 2), "an overflow is refused, not wrapped");
+    }
 
     #[test]
     fn blocks_are_aligned_and_counted() {
@@ -189,6 +246,10 @@ mod tests {
             unsafe { std::ptr::write_bytes(p as *mut u8, 0xab, size) };
         }
         assert!(counters().0 >= before + blocks.iter().map(|b| b.1 as u64).sum::<u64>());
+        // SAFETY: each block holds `size` readable bytes.
+        assert!(blocks
+            .iter()
+            .all(|&(p, size)| unsafe { std::slice::from_raw_parts(p as *const u8, size) }.iter().all(|&b| b == 0xab)));
         for (p, _) in blocks {
             // SAFETY: each block came from `alloc` and is freed once.
             unsafe { free(std::ptr::null_mut(), p) };

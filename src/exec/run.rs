@@ -38,6 +38,22 @@ struct State {
     failed: bool,
 }
 
+impl State {
+    /// Before any op ran: the plan's loaded tensors in their slots.
+    fn of(plan: &Plan) -> State {
+        let mut slots = smallvec::smallvec![None; plan.slots];
+        for (s, t) in &plan.loaded {
+            slots[*s] = Some(t.clone());
+        }
+        State {
+            slots,
+            outcomes: smallvec::smallvec![OpOutcome::NotRun; plan.ops.len()],
+            parked: Vec::new(),
+            failed: false,
+        }
+    }
+}
+
 pub struct Run {
     pub plan: Plan,
     state: Mutex<State>,
@@ -61,55 +77,46 @@ pub struct Entry {
 impl Run {
     /// Queues the plan: one entry per device. `done` is called exactly once, on a worker thread.
     pub fn submit(plan: Plan, queues: &Queues, done: impl FnOnce(Arc<Run>) + Send + 'static) -> Result<()> {
+        let run = Run::new(plan, queues, Box::new(done))?;
+        if run.device_ops.is_empty() {
+            run.complete();
+            return Ok(());
+        }
+        for entry in Run::entries(&run) {
+            run.queues[entry.dev].push_back(entry);
+        }
+        Ok(())
+    }
+
+    fn new(plan: Plan, queues: &Queues, done: Completion) -> Result<Arc<Run>> {
         let devices = plan.device_ops();
         let qs = devices
             .iter()
             .map(|(d, _)| queues.get(d))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(super::queue_unavailable)?;
-        let mut slots = smallvec::smallvec![None; plan.slots];
-        for (s, t) in &plan.loaded {
-            slots[*s] = Some(t.clone());
-        }
-        let run = Arc::new(Run {
-            state: Mutex::new(State {
-                slots,
-                outcomes: smallvec::smallvec![OpOutcome::NotRun; plan.ops.len()],
-                parked: Vec::new(),
-                failed: false,
-            }),
+        Ok(Arc::new(Run {
+            state: Mutex::new(State::of(&plan)),
             remaining: AtomicUsize::new(devices.len()),
             timed_out: AtomicBool::new(false),
             deadline: plan.timeout.map(|t| Instant::now() + t),
             queues: qs,
             device_ops: devices.into_iter().map(|(_, ops)| ops).collect(),
-            completion: Mutex::new(Some(Box::new(done))),
+            completion: Mutex::new(Some(done)),
             plan,
-        });
-        if run.device_ops.is_empty() {
-            run.complete();
-            return Ok(());
-        }
+        }))
+    }
+
+    /// The run's entries, one per device (each must be queued or dropped: `remaining` counts them).
+    fn entries(run: &Arc<Run>) -> impl Iterator<Item = Entry> + '_ {
         let now = Instant::now();
-        for dev in 0..run.device_ops.len() {
-            run.queues[dev].push_back(Entry { run: run.clone(), dev, pos: 0, queued_at: now });
-        }
-        Ok(())
+        (0..run.device_ops.len()).map(move |dev| Entry { run: run.clone(), dev, pos: 0, queued_at: now })
     }
 
     /// A run with nothing to queue (a DAG of TENSORSET/TENSORGET only), complete as it is.
     pub fn finished(plan: Plan) -> Run {
-        let mut slots = smallvec::smallvec![None; plan.slots];
-        for (s, t) in &plan.loaded {
-            slots[*s] = Some(t.clone());
-        }
         Run {
-            state: Mutex::new(State {
-                slots,
-                outcomes: smallvec::smallvec![OpOutcome::NotRun; plan.ops.len()],
-                parked: Vec::new(),
-                failed: false,
-            }),
+            state: Mutex::new(State::of(&plan)),
             remaining: AtomicUsize::new(0),
             timed_out: AtomicBool::new(false),
             deadline: None,
@@ -220,12 +227,38 @@ impl Run {
     }
 }
 
+/// An entry leaves its run only by being dropped: once its device has no ops left, when the run failed or timed
+/// out, or because something went wrong outside an op (a panic in a worker's bookkeeping unwinds through it).
+/// Either way the run loses one entry, and the last one out completes it: its client is answered exactly once.
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let run = &self.run;
+        if self.pos < run.device_ops[self.dev].len() {
+            // Ops left: normal for a failed or timed-out run. Otherwise this entry was lost mid-way: the run
+            // fails, so that the entries parked on its outputs stop waiting and the client gets an error.
+            let parked = {
+                let mut st = run.state.lock();
+                if !st.failed && !run.timed_out() {
+                    let op = run.device_ops[self.dev][self.pos];
+                    if st.outcomes[op] == OpOutcome::NotRun {
+                        st.outcomes[op] =
+                            OpOutcome::Failed(Error::Generic("internal error: the run was interrupted".into()));
+                    }
+                    st.failed = true;
+                }
+                std::mem::take(&mut st.parked)
+            };
+            run.wake(parked);
+        }
+        if run.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            run.clone().complete();
+        }
+    }
+}
+
 impl Entry {
     fn finish(self) {
-        let run = self.run;
-        if run.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            run.complete();
-        }
+        drop(self);
     }
 
     fn op_index(&self) -> usize {
@@ -651,6 +684,59 @@ mod tests {
             }
             assert_eq!(replies.load(Ordering::SeqCst), 1);
         }
+    }
+
+    /// An entry dropped outside an op (a panic in a worker's bookkeeping) fails the run: the entry parked on its
+    /// output is woken, and the client is answered once instead of staying blocked.
+    #[test]
+    fn an_entry_lost_outside_an_op_fails_the_run_and_it_replies_once() {
+        let queues = Queues::new(1);
+        let mut plan = Plan::default();
+        let (a, b, c) = (plan.new_slot(), plan.new_slot(), plan.new_slot());
+        plan.loaded.push((a, Arc::new(scalar(1.0))));
+        for (dev, input, output) in [("CPU", a, b), ("CPU:1", b, c)] {
+            let fake = Fake {
+                names: vec!["x".into()],
+                outputs: vec!["y".into()],
+                runs: Arc::new(AtomicUsize::new(0)),
+                fail: false,
+                delay: Duration::ZERO,
+            };
+            let model = Arc::new(Model::with_handle(b"m", spec(dev), Ok(Box::new(fake))));
+            plan.ops.push(Op {
+                kind: OpKind::Model { model, inputs: smallvec::smallvec![input], outputs: smallvec::smallvec![output] },
+                device: dev.into(),
+            });
+        }
+        let replies = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel();
+        let r = replies.clone();
+        let run = Run::new(
+            plan,
+            &queues,
+            Box::new(move |run| {
+                r.fetch_add(1, Ordering::SeqCst);
+                tx.send(run).unwrap();
+            }),
+        )
+        .unwrap();
+        let mut entries: Vec<Entry> = Run::entries(&run).collect();
+        drop(run);
+        let consumer = entries.pop().unwrap();
+        assert_eq!(consumer.dev, 1);
+        assert!(consumer.prepare().is_none(), "the consumer parks: its input is not there yet");
+        let producer = entries.pop().unwrap();
+        let lost = std::panic::catch_unwind(AssertUnwindSafe(move || {
+            let _held = producer;
+            panic!("injected: a worker's bookkeeping panicked");
+        }));
+        assert!(lost.is_err());
+        let run = rx.recv_timeout(Duration::from_secs(5)).expect("the run replied");
+        assert!(run.failed());
+        assert!(matches!(run.outcome(0), OpOutcome::Failed(_)));
+        assert_eq!(run.outcome(1), OpOutcome::NotRun);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(replies.load(Ordering::SeqCst), 1);
     }
 
     /// Gives up on every inline run (as a run past the inline limit does).

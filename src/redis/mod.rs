@@ -25,6 +25,7 @@ macro_rules! api_opt {
 pub mod acl;
 pub mod blocking;
 pub mod emit;
+pub mod gil;
 pub mod handlers;
 pub mod info;
 pub mod io;

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 
 fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     std::panic::set_hook(Box::new(|p| log_warning(&format!("redisai: {p}"))));
-    super::strings::record_main_thread();
+    super::gil::record_main_thread();
     crate::log::set_sink(log_warning);
     #[cfg(feature = "torch")]
     crate::backends::torch::set_host(super::script_host::host_api());

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use super::acl;
+use super::gil::Gil;
 use super::keyspace::Key;
 use super::model_type::MODEL_TYPE;
 use super::strings::OwnedStrings;
@@ -31,23 +32,23 @@ unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
     }
 }
 
-/// Runs `f` with a thread-safe context holding Redis's global lock, on the caller's database.
-fn locked<R>(caller: &Caller, f: impl FnOnce(*mut raw::RedisModuleCtx) -> R) -> R {
-    // SAFETY: a detached thread-safe context may be created, locked and freed from any thread; it is
-    // unlocked and freed before returning.
-    unsafe {
-        let ctx = api!(RedisModule_GetThreadSafeContext)(std::ptr::null_mut());
-        api!(RedisModule_ThreadSafeContextLock)(ctx);
-        api!(RedisModule_SelectDb)(ctx, caller.db);
-        let r = f(ctx);
-        api!(RedisModule_ThreadSafeContextUnlock)(ctx);
-        api!(RedisModule_FreeThreadSafeContext)(ctx);
-        r
-    }
+/// Runs `f` with a context holding Redis's global lock, on the caller's database. The guard releases the lock
+/// also when `f` panics; a thread that already holds it (none should: callbacks run on workers) is refused
+/// rather than left waiting for itself.
+fn locked<R>(caller: &Caller, f: impl FnOnce(*mut raw::RedisModuleCtx) -> Result<R>) -> Result<R> {
+    let gil = Gil::lock().map_err(|_| Error::Generic("the Redis lock is already held by this thread".into()))?;
+    // SAFETY: the context is locked by `gil` for the call.
+    unsafe { api!(RedisModule_SelectDb)(gil.ctx(), caller.db) };
+    f(gil.ctx())
 }
 
-/// A call reply as RESP2 (what the backend parses into TorchScript values).
-fn encode(r: *mut raw::RedisModuleCallReply, out: &mut Vec<u8>) {
+/// How deeply nested a reply handed to a script may be (Redis's own commands nest a few levels; the backend's
+/// parser bounds its own recursion too).
+const MAX_REPLY_DEPTH: usize = 32;
+
+/// A call reply as RESP2 (what the backend parses into TorchScript values); a reply nested deeper than
+/// `MAX_REPLY_DEPTH` becomes an error there.
+fn encode(r: *mut raw::RedisModuleCallReply, out: &mut Vec<u8>, depth: usize) {
     let text = |out: &mut Vec<u8>| {
         let mut len = 0usize;
         let p = raw::call_reply_string_ptr(r, &mut len);
@@ -74,11 +75,14 @@ fn encode(r: *mut raw::RedisModuleCallReply, out: &mut Vec<u8>) {
         raw::ReplyType::Integer | raw::ReplyType::Bool => {
             out.extend_from_slice(format!(":{}\r\n", raw::call_reply_integer(r)).as_bytes());
         }
+        raw::ReplyType::Array | raw::ReplyType::Set | raw::ReplyType::Map if depth >= MAX_REPLY_DEPTH => {
+            out.extend_from_slice(b"-ERR the reply is nested too deeply for a script\r\n");
+        }
         raw::ReplyType::Array | raw::ReplyType::Set | raw::ReplyType::Map => {
             let n = raw::call_reply_length(r);
             out.extend_from_slice(format!("*{n}\r\n").as_bytes());
             for i in 0..n {
-                encode(raw::call_reply_array_element(r, i), out);
+                encode(raw::call_reply_array_element(r, i), out, depth + 1);
             }
         }
         _ => out.extend_from_slice(b"$-1\r\n"),
@@ -109,7 +113,7 @@ unsafe extern "C" fn redis_call(
                 .and_then(|()| allowed_in_scripts(ctx, &words).map_err(str::to_string));
             if let Err(e) = checked {
                 out.extend_from_slice(format!("-{e}\r\n").as_bytes());
-                return out;
+                return Ok(out);
             }
             // "!" replicates the command, as RedisAI's redis.execute did; "M" refuses deny-oom commands past
             // maxmemory; "W" refuses writes from a read-only command; "v" takes the argument vector. (Not "S",
@@ -122,12 +126,13 @@ unsafe extern "C" fn redis_call(
                 if r.is_null() {
                     out.extend_from_slice(format!("-{}\r\n", call_error()).as_bytes());
                 } else {
-                    encode(r, &mut out);
+                    encode(r, &mut out, 0);
                     raw::free_call_reply(r);
                 }
             }
-            out
+            Ok(out)
         })
+        .unwrap_or_else(|e| format!("-{}\r\n", e.reply_text()).into_bytes())
     }))
     .unwrap_or_else(|_| b"-ERR internal error in redis.execute\r\n".to_vec());
     let boxed = resp.into_boxed_slice();

@@ -47,14 +47,6 @@ impl Drop for OwnedStrings {
 // of retained argv strings, see `handlers::shared::ArgBytes`).
 unsafe impl Send for OwnedStrings {}
 
-/// The main thread, recorded at module load: strings adopted by tensors are freed there, or under the GIL.
-static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
-
-/// Called once from `RedisModule_OnLoad` (the main thread).
-pub fn record_main_thread() {
-    let _ = MAIN_THREAD.set(std::thread::current().id());
-}
-
 /// Whether `pin_retained` works on this server.
 pub fn can_pin() -> bool {
     api_opt!(RedisModule_TrimStringAllocation).is_some()
@@ -118,25 +110,11 @@ impl crate::tensor::ExternalBytes for AdoptedString {
 }
 
 impl Drop for AdoptedString {
-    /// A tensor can be dropped off the main thread (a run holding the last reference, the lazy-free thread):
-    /// Redis's reference counts are not atomic, so the release then happens under the GIL. (No caller drops a
-    /// tensor while it holds the GIL on another thread.)
+    /// A tensor can be dropped off the main thread (a run holding the last reference, the lazy-free thread, a
+    /// script's `redis.execute('DEL', …)` on a worker that holds the lock): Redis's reference counts are not
+    /// atomic, so the release happens under the lock, the one this thread holds or taken for it.
     fn drop(&mut self) {
-        // SAFETY: Init filled the API table once, before any command ran; it never changes afterwards.
-        let free = api!(RedisModule_FreeString);
-        if MAIN_THREAD.get() == Some(&std::thread::current().id()) {
-            // SAFETY: retained once in `adopt`, released once here, on the main thread.
-            unsafe { free(std::ptr::null_mut(), self.s) };
-            return;
-        }
-        // SAFETY: a detached thread-safe context is locked (the GIL), used to release the string once, unlocked
-        // and freed.
-        unsafe {
-            let ctx = api!(RedisModule_GetThreadSafeContext)(std::ptr::null_mut());
-            api!(RedisModule_ThreadSafeContextLock)(ctx);
-            free(std::ptr::null_mut(), self.s);
-            api!(RedisModule_ThreadSafeContextUnlock)(ctx);
-            api!(RedisModule_FreeThreadSafeContext)(ctx);
-        }
+        // SAFETY: retained once in `adopt`, released once here, under Redis's lock.
+        super::gil::with_gil(|| unsafe { api!(RedisModule_FreeString)(std::ptr::null_mut(), self.s) });
     }
 }

@@ -127,3 +127,81 @@ def test_source_without_final_newline(con):
     set_tensor(con, "t", np.array([1.5], dtype=np.float32))
     assert con.execute_command("AI.SCRIPTEXECUTE", "nl", "f", "INPUTS", 1, "t", "OUTPUTS", 1, "o") == b"OK"
     np.testing.assert_array_equal(get_tensor(con, "o"), np.array([3.0], dtype=np.float32))
+
+
+# --------------------------------------------------------------------------------------------------
+# redis.execute of any command on any key returns (the worker holds Redis's lock while the command runs, and
+# freeing what the command removes must not take that lock again)
+
+KEY_SRC = '''
+def on_key(tensors: List[Tensor], keys: List[str], args: List[str]):
+    redis.execute(args[0], [keys[0]] + args[1:])
+    return tensors[0] + 1
+'''
+# What each command leaves at the key.
+KEY_COMMANDS = {
+    "DEL": ([], None),
+    "UNLINK": ([], None),
+    "SET": (["plain"], b"plain"),
+    "RENAME": (["renamed"], None),
+    "EXPIRE": (["0"], None),
+    "PEXPIRE": (["0"], None),
+}
+FLOATS_ADOPTED = 32768  # 128 KiB by BLOB: the tensor keeps the argument string itself
+FLOATS_LAZY = 1 << 19  # 2 MiB: freed on the module's lazy-free thread
+
+
+def _make_key(con, kind, key):
+    if kind == "small":
+        con.execute_command("AI.TENSORSET", key, "FLOAT", 4, "VALUES", 1, 2, 3, 4)
+    elif kind in ("adopted", "own_input", "own_output"):
+        con.execute_command("AI.TENSORSET", key, "FLOAT", FLOATS_ADOPTED, "BLOB",
+                            np.arange(FLOATS_ADOPTED, dtype=np.float32).tobytes())
+    elif kind == "lazy":
+        con.execute_command("AI.TENSORSET", key, "FLOAT", FLOATS_LAZY, "BLOB",
+                            np.ones(FLOATS_LAZY, dtype=np.float32).tobytes())
+    elif kind == "model":
+        con.execute_command("AI.MODELSTORE", key, "ONNX", "CPU", "BLOB", blob("mul"))
+    elif kind in ("script", "own_script"):
+        con.execute_command("AI.SCRIPTSTORE", key, "CPU", "ENTRY_POINTS", 1, "on_key", "SOURCE", KEY_SRC)
+
+
+@pytest.mark.parametrize("command", sorted(KEY_COMMANDS))
+@pytest.mark.parametrize("kind", ["small", "adopted", "lazy", "model", "script", "own_input", "own_output",
+                                  "own_script"])
+def test_redis_execute_on_any_key_returns(shared_server, kind, command):
+    con = shared_server.client(socket_timeout=20)
+    canary = np.arange(FLOATS_ADOPTED, dtype=np.float32)
+    con.execute_command("AI.TENSORSET", "canary", "FLOAT", FLOATS_ADOPTED, "BLOB", canary.tobytes())
+    script = "k" if kind == "own_script" else "s"
+    if script == "s":
+        con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "on_key", "SOURCE", KEY_SRC)
+    _make_key(con, kind, "k")
+    source = "k" if kind == "own_input" else "in"
+    if source == "in":
+        con.execute_command("AI.TENSORSET", "in", "FLOAT", FLOATS_ADOPTED, "BLOB",
+                            np.arange(FLOATS_ADOPTED, dtype=np.float32).tobytes())
+    output = "k" if kind == "own_output" else "out"
+    extra, left = KEY_COMMANDS[command]
+    cmd = ("AI.SCRIPTEXECUTE", script, "on_key", "KEYS", 1, "k", "INPUTS", 1, source, "ARGS", 1 + len(extra),
+           command, *extra, "OUTPUTS", 1, output)
+    if output == "k" and command == "SET":
+        # The output key now holds a string: writing the output there is refused, as any WRONGTYPE key is.
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            con.execute_command(*cmd)
+        assert con.get("k") == b"plain"
+        np.testing.assert_array_equal(get_tensor(con, "canary"), canary)
+        return
+    assert con.execute_command(*cmd) == b"OK"
+    assert con.ping()
+    # The script's output is written after it ran, also over the key it changed.
+    out = get_tensor(con, output)
+    np.testing.assert_array_equal(out, np.arange(FLOATS_ADOPTED, dtype=np.float32) + 1)
+    if output != "k":
+        if left is None:
+            assert con.exists("k") == 0
+        else:
+            assert con.get("k") == left
+    if command == "RENAME" and output != "k":
+        assert con.exists("renamed") == 1
+    np.testing.assert_array_equal(get_tensor(con, "canary"), canary)
