@@ -18,6 +18,11 @@ fn main() {
         println!("cargo:rerun-if-changed=src/backends/onnx_alloc.cpp");
         cc::Build::new().cpp(true).pic(true).file("src/backends/onnx_alloc.cpp").compile("redisai_onnx_alloc");
     }
+    // LiteRT's operator new/delete, counted against the memory bound (src/backends/tflite/alloc.cpp).
+    if std::env::var_os("CARGO_FEATURE_TFLITE").is_some() {
+        println!("cargo:rerun-if-changed=src/backends/tflite/alloc.cpp");
+        cc::Build::new().cpp(true).pic(true).file("src/backends/tflite/alloc.cpp").compile("redisai_tflite_alloc");
+    }
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
 }

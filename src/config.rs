@@ -34,6 +34,9 @@ pub struct Config {
     /// Whether AI.CONFIG LOADBACKEND / BACKENDSPATH work at runtime (load-time `RUNTIME_BACKEND_LOADING no`
     /// forbids them, so that not even an admin client can make the server load a library through the module).
     pub runtime_backend_loading: bool,
+    /// Models from RDB/AOF/replication/RESTORE are built on a background thread after they are loaded, one at a
+    /// time through a crash journal (exec/deferred.rs): load-time `DEFERRED_MODEL_BUILD yes`.
+    pub deferred_model_build: bool,
     /// Directory of libredisai.so (where the TORCH backend library sits by default).
     pub module_dir: Option<String>,
 }
@@ -52,6 +55,7 @@ impl Default for Config {
             default_memory_bound: 0,
             inline_threshold_us: DEFAULT_INLINE_THRESHOLD_US,
             runtime_backend_loading: true,
+            deferred_model_build: false,
             module_dir: None,
         }
     }
@@ -60,6 +64,14 @@ impl Default for Config {
 fn positive(key: &str, val: &[u8], max: i64) -> Result<i64> {
     match parse_i64(val) {
         Some(v) if v > 0 && v <= max => Ok(v),
+        _ => Err(arg_error(key, val)),
+    }
+}
+
+fn yes_no(key: &str, val: &[u8]) -> Result<bool> {
+    match val.to_ascii_lowercase().as_slice() {
+        b"yes" => Ok(true),
+        b"no" => Ok(false),
         _ => Err(arg_error(key, val)),
     }
 }
@@ -101,13 +113,8 @@ impl Config {
                 "INLINE_THRESHOLD" => {
                     c.inline_threshold_us = inline_threshold(val).ok_or_else(|| arg_error(&key, val))?
                 }
-                "RUNTIME_BACKEND_LOADING" => {
-                    c.runtime_backend_loading = match val.to_ascii_lowercase().as_slice() {
-                        b"yes" => true,
-                        b"no" => false,
-                        _ => return Err(arg_error(&key, val)),
-                    }
-                }
+                "RUNTIME_BACKEND_LOADING" => c.runtime_backend_loading = yes_no(&key, val)?,
+                "DEFERRED_MODEL_BUILD" => c.deferred_model_build = yes_no(&key, val)?,
                 _ => return Err(arg_error(&key, val)),
             }
         }
@@ -178,8 +185,11 @@ mod tests {
         assert_eq!(parse("").unwrap().inline_threshold_us, DEFAULT_INLINE_THRESHOLD_US);
         assert!(parse("INLINE_THRESHOLD 10001").is_err() && parse("INLINE_THRESHOLD -1").is_err());
         assert!(parse("runtime_backend_loading YES").unwrap().runtime_backend_loading);
+        assert!(parse("DEFERRED_MODEL_BUILD yes").unwrap().deferred_model_build);
+        assert!(!parse("").unwrap().deferred_model_build);
         for bad in [
             "RUNTIME_BACKEND_LOADING 0",
+            "DEFERRED_MODEL_BUILD 1",
             "THREADS_PER_QUEUE 0",
             "THREADS_PER_QUEUE 100000",
             "MODEL_EXECUTION_TIMEOUT 999",

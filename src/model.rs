@@ -6,6 +6,7 @@ use crate::backends::{self, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::exec::deferred::Handle;
 use crate::exec::inline::RunHistory;
 use crate::exec::queue::Queue;
 use crate::stats::{self, EntryKind, Stats};
@@ -69,8 +70,9 @@ pub struct ModelSpec {
 
 pub struct Model {
     pub spec: ModelSpec,
-    /// The backend's model; an error when it could not be built at RDB load (the data is kept, runs fail).
-    pub handle: std::result::Result<Box<dyn LoadedModel>, Error>,
+    /// The backend's model; an error when it could not be built at RDB load (the data is kept, runs fail). Unset
+    /// while a deferred build is pending (exec/deferred.rs).
+    handle: Arc<Handle>,
     pub stats: Arc<Stats>,
     /// Recent run times, for running short requests inline (exec/inline.rs).
     pub history: RunHistory,
@@ -88,9 +90,19 @@ impl Model {
         Ok(Model::with_handle(key, spec, Ok(handle)))
     }
 
-    /// For RDB loads: a model whose backend cannot be built is still kept, so no data is lost. The names come
-    /// from the backend where it reports them (RDB encodings 0 and 1 stored none), as in `build`.
+    /// For RDB loads (and the AOF, a primary, RESTORE): a model whose backend cannot be built is still kept, so
+    /// no data is lost. The names come from the backend where it reports them (RDB encodings 0 and 1 stored
+    /// none), as in `build`. With DEFERRED_MODEL_BUILD, a model whose names are known is built on the builder
+    /// thread instead, after this returns.
     pub fn restore(key: &[u8], mut spec: ModelSpec) -> Model {
+        let named = !spec.inputs.is_empty() && !spec.outputs.is_empty();
+        if CONFIG.read().deferred_model_build && (named || spec.backend == BackendKind::Tf) {
+            let model = Model::new(key, spec, Arc::new(Handle::new()));
+            let handle = model.handle.clone();
+            let spec = model.spec.clone();
+            crate::exec::deferred::submit(key, spec.blob.clone(), handle, move || load_handle(&spec));
+            return model;
+        }
         let handle = load_handle(&spec);
         if let (Ok(h), false) = (&handle, spec.backend == BackendKind::Tf) {
             spec.inputs = h.inputs().to_vec();
@@ -101,6 +113,10 @@ impl Model {
 
     /// A model around an already loaded handle (tests use their own `LoadedModel`).
     pub fn with_handle(key: &[u8], spec: ModelSpec, handle: Result<Box<dyn LoadedModel>>) -> Model {
+        Model::new(key, spec, Arc::new(Handle::from(handle)))
+    }
+
+    fn new(key: &[u8], spec: ModelSpec, handle: Arc<Handle>) -> Model {
         let stats = Arc::new(Stats::new(key, EntryKind::Model, spec.backend.name(), &spec.device.name, &spec.tag));
         Model { spec, handle, stats, history: RunHistory::default(), queue: std::sync::OnceLock::new() }
     }
@@ -109,7 +125,7 @@ impl Model {
     /// never loaded it (an AOF's AI.MODELSTORE of a model refused now) has none: `ANY_COUNT`, and its runs
     /// reply why it cannot run.
     pub fn io_counts(&self) -> (usize, usize) {
-        if self.handle.is_err() && self.spec.inputs.is_empty() && self.spec.outputs.is_empty() {
+        if !matches!(self.handle.get(), Some(Ok(_))) && self.spec.inputs.is_empty() && self.spec.outputs.is_empty() {
             (ANY_COUNT, ANY_COUNT)
         } else {
             (self.spec.inputs.len(), self.spec.outputs.len())
@@ -125,8 +141,14 @@ impl Model {
         Ok(self.queue.get_or_init(|| q))
     }
 
+    /// The backend's model, waiting for a deferred build to finish: never on the main thread (see `built`).
     pub fn loaded(&self) -> Result<&dyn LoadedModel> {
-        self.handle.as_deref().map_err(Clone::clone)
+        self.handle.wait().as_deref().map_err(Clone::clone)
+    }
+
+    /// The backend's model if it is built, without waiting (None while a deferred build is pending).
+    pub fn built(&self) -> Option<Result<&dyn LoadedModel>> {
+        self.handle.get().map(|h| h.as_deref().map_err(Clone::clone))
     }
 
     pub fn mem_usage(&self) -> usize {

@@ -1,11 +1,13 @@
 //! Model admission: every serialized model is checked before a backend sees it, on every way in (MODELSTORE,
 //! MODELSET, RESTORE, RDB/AOF load, replication all end in `backends::load_model`). Models are untrusted input:
-//! a model that could reach the server's files, network or processes, or load code, is refused with an error
+//! a model that could reach the server's files, network or processes, or load code, or whose calls recurse
+//! (`callgraph.rs`: a function or subgraph that reaches itself, nesting past a bound), is refused with an error
 //! that names what was found. The checks are pure parsing (no backend library needed) so that they also run
 //! where the backend is missing, and unit tests exercise them without a server. TORCH is checked inside the
 //! backend library (the TorchScript graphs only exist after libtorch has read the archive).
 //! See docs/security.md for the threat model and what each check refuses and why.
 
+pub(crate) mod callgraph;
 pub mod onnx;
 pub mod protobuf;
 pub mod tensorflow;

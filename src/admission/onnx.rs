@@ -16,23 +16,32 @@
 //! - the `ort_config` metadata entry, from which ORT takes session options (profiling files, thread counts)
 //!   when the server runs with ORT_LOAD_CONFIG_FROM_MODEL=1;
 //! - ORT-format models (flatbuffers; ORT takes any blob with the `ORTM` identifier as one), which this
-//!   check does not read.
+//!   check does not read;
+//! - model-local functions that reach themselves (a node of a function's body, at any subgraph depth, whose
+//!   `(domain, op_type)` names a local function), and graphs nested deeper than `MAX_GRAPH_DEPTH` levels, where
+//!   a subgraph (If/Loop/Scan bodies) and a called function's body each count as one more level: ONNX Runtime
+//!   and ONNX's shape inference expand a function call by recursing into its body, so a function that calls
+//!   itself recurses until the stack overflows.
 //!
 //! A blob that is not a well-formed protobuf is let through: ONNX Runtime parses the whole `ModelProto` with
 //! protobuf before it looks at anything, `protobuf::fields` accepts everything protobuf accepts, and this
 //! walk only descends into fields that onnx.proto declares as messages, so ONNX Runtime refuses such a blob
 //! itself ("Protobuf parsing failed"), with the error text clients already get.
 
-use std::collections::HashSet;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 
+use super::callgraph::{show_path, CallGraph, Refusal};
 use super::protobuf::{fields, Value};
 use super::show;
 
 /// RedisAI's text (ONNX Runtime's, from a build with DISABLE_EXTERNAL_INITIALIZERS).
 pub const EXTERNAL_DATA: &str = "Initializer tensors with external data is not allowed.";
 
-/// Nesting of graphs (If/Loop/Scan bodies inside bodies) refused past this: it bounds the recursion.
-/// Protobuf's recursion limit (100 messages) already keeps ONNX Runtime from parsing 33 levels.
+/// Nesting of graphs (If/Loop/Scan bodies inside bodies, and bodies of called local functions) refused past this:
+/// it bounds the recursion, here and in ONNX Runtime. Protobuf's recursion limit (100 messages) already keeps
+/// ONNX Runtime from parsing 33 levels of subgraphs, but calls nest without nesting messages: a chain of
+/// functions, each calling the next, is flat protobuf that ONNX Runtime expands by recursion.
 pub const MAX_GRAPH_DEPTH: u32 = 64;
 
 /// The operator domains ONNX Runtime 1.31 registers itself (the domain strings in libonnxruntime.so.1.31.1:
@@ -87,40 +96,86 @@ pub fn check(blob: &[u8]) -> Result<(), String> {
     if blob.get(4..8) == Some(b"ORTM") {
         return Err("ONNX model refused: ORT format models are not allowed (only ONNX protobuf models)".into());
     }
-    let walk = local_functions(blob).and_then(|functions| Walker { functions }.model(blob));
+    let walk = local_functions(blob).and_then(|functions| {
+        let n = functions.names.len();
+        let walker = Walker {
+            functions,
+            function: Cell::new(None),
+            calls: RefCell::default(),
+            levels: RefCell::new(vec![1; n]),
+        };
+        walker.model(blob)?;
+        walker.call_graph()
+    });
     match walk {
         Ok(()) | Err(Stop::Malformed) => Ok(()),
         Err(Stop::Refused(msg)) => Err(msg),
     }
 }
 
-/// `(domain, name)` of every model-local function (ModelProto.functions = 25; FunctionProto.name = 1,
-/// .domain = 10; the last occurrence of a singular field wins, as in protobuf).
-fn local_functions(model: &[u8]) -> Result<Functions<'_>, Stop> {
-    let mut set = HashSet::new();
-    each(model, |n, v| {
-        if let (25, Some(function)) = (n, v.bytes()) {
-            let (mut name, mut domain) = (&[][..], &[][..]);
-            each(function, |n, v| {
-                match (n, v.bytes()) {
-                    (1, Some(b)) => name = b,
-                    (10, Some(b)) => domain = b,
-                    _ => {}
-                }
-                Ok(())
-            })?;
-            set.insert((domain, name));
+/// `(domain, name)` of a FunctionProto (name = 1, domain = 10; the last occurrence of a singular field wins, as
+/// in protobuf).
+fn function_id(function: &[u8]) -> Result<(&[u8], &[u8]), Stop> {
+    let (mut name, mut domain) = (&[][..], &[][..]);
+    each(function, |n, v| {
+        match (n, v.bytes()) {
+            (1, Some(b)) => name = b,
+            (10, Some(b)) => domain = b,
+            _ => {}
         }
         Ok(())
     })?;
-    Ok(set)
+    Ok((domain, name))
 }
 
-/// `(domain, name)` pairs.
-type Functions<'a> = HashSet<(&'a [u8], &'a [u8])>;
+/// Every model-local function (ModelProto.functions = 25), numbered in order. Two of the same `(domain, name)`
+/// are one (their calls merged), and overloads (FunctionProto.overload) are not told apart: more calls only
+/// make the cycle check stricter.
+fn local_functions(model: &[u8]) -> Result<Functions<'_>, Stop> {
+    let mut functions = Functions::default();
+    each(model, |n, v| {
+        if let (25, Some(function)) = (n, v.bytes()) {
+            let id = function_id(function)?;
+            if functions.get(id.0, id.1).is_none() {
+                functions.index.insert((domain_key(id.0), id.1), functions.names.len());
+                functions.names.push(id);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(functions)
+}
+
+/// ONNX Runtime reads the domain `ai.onnx` as the default domain.
+fn domain_key(domain: &[u8]) -> &[u8] {
+    if domain == b"ai.onnx" {
+        b""
+    } else {
+        domain
+    }
+}
+
+/// The model-local functions: `(domain, name)` of each, and its number by `(domain key, name)`.
+#[derive(Default)]
+struct Functions<'a> {
+    names: Vec<(&'a [u8], &'a [u8])>,
+    index: HashMap<(&'a [u8], &'a [u8]), usize>,
+}
+
+impl Functions<'_> {
+    fn get(&self, domain: &[u8], op: &[u8]) -> Option<usize> {
+        self.index.get(&(domain_key(domain), op)).copied()
+    }
+}
 
 struct Walker<'a> {
     functions: Functions<'a>,
+    /// The function whose body is being walked (`None`: the model's graphs).
+    function: Cell<Option<usize>>,
+    /// `(caller, callee, level)`: a node `level` graphs deep in the caller (`None`: the model) calls a function.
+    calls: RefCell<Vec<(Option<usize>, usize, u32)>>,
+    /// The graph levels each function's body uses by itself (its body is 1).
+    levels: RefCell<Vec<u32>>,
 }
 
 impl<'a> Walker<'a> {
@@ -146,17 +201,64 @@ impl<'a> Walker<'a> {
 
     /// FunctionProto: node = 7, attribute_proto = 11 (default values of the function's attributes).
     fn function(&self, buf: &'a [u8]) -> Walk {
-        each(buf, |n, v| match (n, v.bytes()) {
+        let (domain, name) = function_id(buf)?;
+        self.function.set(self.functions.get(domain, name));
+        let walked = each(buf, |n, v| match (n, v.bytes()) {
             (7, Some(node)) => self.node(node, 1),
             (11, Some(attribute)) => self.attribute(attribute, 1),
             _ => Ok(()),
-        })
+        });
+        self.function.set(None);
+        walked
+    }
+
+    /// Refuses a local function that reaches itself, or graphs and calls nested deeper than `MAX_GRAPH_DEPTH`.
+    fn call_graph(&self) -> Walk {
+        let names = &self.functions.names;
+        let show_fn = |f: usize| format!("function '{}' of domain '{}'", show(names[f].1), show(names[f].0));
+        let mut graph = CallGraph::new(names.len());
+        for (f, &levels) in self.levels.borrow().iter().enumerate() {
+            graph.uses(f, levels);
+        }
+        let calls = self.calls.borrow();
+        for &(caller, callee, level) in calls.iter() {
+            if let Some(caller) = caller {
+                graph.call(caller, callee, level);
+            }
+        }
+        let too_deep = |what: String| {
+            refused(format!(
+                "ONNX model refused: subgraphs and function calls nested deeper than {MAX_GRAPH_DEPTH} levels ({what})"
+            ))
+        };
+        let heights = match graph.heights(MAX_GRAPH_DEPTH) {
+            Ok(heights) => heights,
+            Err(Refusal::Cycle(path)) => {
+                return refused(format!(
+                    "ONNX model refused: {} calls itself ({}): recursive functions are not allowed",
+                    show_fn(path[0]),
+                    show_path(&path, |f| show(names[f].1))
+                ))
+            }
+            Err(Refusal::TooDeep(f)) => return too_deep(format!("from {}", show_fn(f))),
+        };
+        // The model's graphs: a call `level` deep puts the callee's body one level below.
+        for &(caller, callee, level) in calls.iter() {
+            if caller.is_none() && level.saturating_add(heights[callee]) > MAX_GRAPH_DEPTH {
+                return too_deep(format!("the graph calls {}", show_fn(callee)));
+            }
+        }
+        Ok(())
     }
 
     /// GraphProto: node = 1, initializer = 5, sparse_initializer = 15. `depth` counts graphs from the top.
     fn graph(&self, buf: &'a [u8], depth: u32) -> Walk {
         if depth > MAX_GRAPH_DEPTH {
             return refused(format!("ONNX model refused: subgraphs nested deeper than {MAX_GRAPH_DEPTH} levels"));
+        }
+        if let Some(f) = self.function.get() {
+            let mut levels = self.levels.borrow_mut();
+            levels[f] = levels[f].max(depth);
         }
         each(buf, |n, v| match (n, v.bytes()) {
             (1, Some(node)) => self.node(node, depth),
@@ -179,6 +281,9 @@ impl<'a> Walker<'a> {
             Ok(())
         })?;
         self.op(name, op, domain)?;
+        if let Some(callee) = self.functions.get(domain, op) {
+            self.calls.borrow_mut().push((self.function.get(), callee, depth));
+        }
         each(buf, |n, v| match (n, v.bytes()) {
             (5, Some(attribute)) => self.attribute(attribute, depth),
             _ => Ok(()),
@@ -195,7 +300,7 @@ impl<'a> Walker<'a> {
                 return refused(format!("{} {}, {why}", what(), show(op)));
             }
         }
-        if ORT_DOMAINS.contains(&domain) || self.functions.contains(&(domain, op)) {
+        if ORT_DOMAINS.contains(&domain) || self.functions.get(domain, op).is_some() {
             return Ok(());
         }
         if domain == b"org.pytorch.aten" {
@@ -466,6 +571,106 @@ mod tests {
         assert!(err.contains("'MyFn' of domain 'my.domain'"), "{err}");
     }
 
+    /// Model-local function `name` of domain "d" whose body calls each of `callees` (one node each).
+    fn calling(name: &str, callees: &[&str]) -> Vec<u8> {
+        let nodes: Vec<Vec<u8>> = callees.iter().map(|c| node("", c, "d", &[])).collect();
+        function(name, "d", &nodes, &[])
+    }
+
+    fn with_functions(main: Vec<Vec<u8>>, functions: Vec<Vec<u8>>) -> Vec<u8> {
+        model(graph(&main, vec![]), functions.into_iter().map(|f| F::B(25, f)).collect())
+    }
+
+    #[test]
+    fn a_function_calling_itself_is_refused() {
+        let call = node("call", "Leak", "d", &[]);
+        let m = with_functions(vec![call.clone()], vec![calling("Leak", &["Leak"])]);
+        assert_eq!(
+            refusal(&m),
+            "ONNX model refused: function 'Leak' of domain 'd' calls itself (Leak -> Leak): recursive functions are \
+             not allowed"
+        );
+        // from inside a subgraph of its body (an If branch), and with nobody calling it
+        let f = function("Leak", "d", &[if_node(graph(&[node("", "Leak", "d", &[])], vec![]))], &[]);
+        assert!(refusal(&with_functions(vec![identity()], vec![f])).contains("calls itself (Leak -> Leak)"));
+        // the default domain under its other name
+        let f = function("F", "", &[node("", "F", "ai.onnx", &[])], &[]);
+        assert!(refusal(&with_functions(vec![identity()], vec![f])).contains("calls itself (F -> F)"));
+        // through an attribute's default graph
+        let default = msg(&[s(1, "body"), F::V(20, 5), F::B(6, graph(&[node("", "Leak", "d", &[])], vec![]))]);
+        let f = function("Leak", "d", &[identity()], &[default]);
+        assert!(refusal(&with_functions(vec![call], vec![f])).contains("calls itself"));
+    }
+
+    #[test]
+    fn call_cycles_are_refused() {
+        // A -> B -> A, B's call inside a Loop body
+        let loop_body = msg(&[s(1, "body"), F::V(20, 5), F::B(6, graph(&[node("", "A", "d", &[])], vec![]))]);
+        let b = function("B", "d", &[node("l", "Loop", "", &[loop_body])], &[]);
+        let m = with_functions(vec![node("c", "A", "d", &[])], vec![calling("A", &["B"]), b]);
+        assert_eq!(
+            refusal(&m),
+            "ONNX model refused: function 'A' of domain 'd' calls itself (A -> B -> A): recursive functions are not \
+             allowed"
+        );
+        // the same names in another domain are other functions: no cycle
+        let other = function("A", "e", &[identity()], &[]);
+        let m = with_functions(vec![node("c", "A", "d", &[])], vec![calling("A", &["A2"]), calling("A2", &[]), other]);
+        assert_eq!(check(&m), Ok(()));
+    }
+
+    /// F0 -> F1 -> ... -> F(n-1), the graph calling F0.
+    fn chain(n: usize) -> Vec<u8> {
+        let names: Vec<String> = (0..n).map(|i| format!("F{i}")).collect();
+        let functions = (0..n)
+            .map(|i| if i + 1 < n { calling(&names[i], &[&names[i + 1]]) } else { calling(&names[i], &[]) })
+            .collect();
+        with_functions(vec![node("c", "F0", "d", &[])], functions)
+    }
+
+    #[test]
+    fn calls_count_as_levels() {
+        // the graph is level 1, each function's body one more
+        let max = MAX_GRAPH_DEPTH as usize;
+        assert_eq!(check(&chain(max - 1)), Ok(()));
+        let err = refusal(&chain(max));
+        assert_eq!(
+            err,
+            "ONNX model refused: subgraphs and function calls nested deeper than 64 levels (the graph calls function \
+             'F0' of domain 'd')"
+        );
+        // a chain no graph calls: its own depth
+        let functions: Vec<Vec<u8>> = (0..=max)
+            .map(|i| calling(&format!("F{i}"), &[format!("F{}", i + 1).as_str()][..usize::from(i < max)]))
+            .collect();
+        assert!(refusal(&with_functions(vec![identity()], functions)).contains("(from function 'F0' of domain 'd')"));
+        // far deeper: stops at the bound
+        assert!(refusal(&chain(20_000)).contains("nested deeper than 64 levels"));
+        // subgraphs and calls add up: a call 60 graphs deep into a function whose body nests 4 graphs
+        let deep_fn = |levels: u32| {
+            let top = (1..levels).fold(identity(), |inner, _| if_node(graph(&[inner], vec![])));
+            function("G", "d", &[top], &[])
+        };
+        let call_at = |depth: u32| {
+            (1..depth).fold(graph(&[node("", "G", "d", &[])], vec![]), |inner, _| graph(&[if_node(inner)], vec![]))
+        };
+        assert_eq!(check(&model(call_at(60), vec![F::B(25, deep_fn(4))])), Ok(()));
+        assert!(refusal(&model(call_at(60), vec![F::B(25, deep_fn(5))])).contains("the graph calls function 'G'"));
+        assert!(refusal(&model(call_at(61), vec![F::B(25, deep_fn(4))])).contains("nested deeper than 64"));
+    }
+
+    #[test]
+    fn legitimate_local_functions_pass() {
+        // a diamond: the graph calls A and B, both call C, C calls nothing; a Loop in A calls C again
+        let loop_body = msg(&[s(1, "body"), F::V(20, 5), F::B(6, graph(&[node("", "C", "d", &[])], vec![]))]);
+        let a = function("A", "d", &[node("", "C", "d", &[]), node("l", "Loop", "", &[loop_body])], &[]);
+        let m = with_functions(
+            vec![node("a", "A", "d", &[]), node("b", "B", "d", &[])],
+            vec![a, calling("B", &["C"]), calling("C", &[])],
+        );
+        assert_eq!(check(&m), Ok(()));
+    }
+
     #[test]
     fn denied_and_custom_ops() {
         let one = |n: Vec<u8>| refusal(&model(graph(&[n], vec![]), vec![]));
@@ -532,6 +737,55 @@ mod tests {
         #[test]
         fn any_bytes(blob in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
             let _ = check(&blob);
+        }
+
+        /// Random local-function libraries (a chain, to get deep ones, plus random calls, some from inside an If
+        /// branch): never a panic, and refused exactly when a function reaches itself or levels pass the bound.
+        #[test]
+        fn random_function_libraries(
+            chain_len in 0usize..70,
+            extra in proptest::collection::vec((0usize..80, 0usize..80, proptest::prelude::any::<bool>()), 0..16),
+        ) {
+            let n = chain_len.max(1) + 8;
+            let mut calls: Vec<(usize, usize, bool)> = (1..chain_len).map(|i| (i - 1, i, false)).collect();
+            calls.extend(extra.iter().map(|&(a, b, nested)| (a % n, b % n, nested)));
+            let functions: Vec<Vec<u8>> = (0..n)
+                .map(|f| {
+                    let mut body = vec![identity()];
+                    for &(_, b, nested) in calls.iter().filter(|c| c.0 == f) {
+                        let call = node("", &format!("F{b}"), "d", &[]);
+                        body.push(if nested { if_node(graph(&[call], vec![])) } else { call });
+                    }
+                    function(&format!("F{f}"), "d", &body, &[])
+                })
+                .collect();
+            let result = check(&with_functions(vec![node("c", "F0", "d", &[])], functions));
+            // the reference: heights by relaxation (a call in an If branch is 2 levels into the caller)
+            let mut height = vec![1u32; n];
+            let mut cyclic = false;
+            for round in 0..=n {
+                let mut changed = false;
+                for &(a, b, nested) in &calls {
+                    let h = height[b] + if nested { 2 } else { 1 };
+                    let own = if calls.iter().any(|c| c.0 == a && c.2) { 2 } else { 1 };
+                    if height[a] < h.max(own) {
+                        height[a] = h.max(own);
+                        changed = true;
+                    }
+                }
+                if !changed {
+                    break;
+                }
+                cyclic = round == n;
+            }
+            let too_deep = height.iter().any(|&h| h > MAX_GRAPH_DEPTH) || 1 + height[0] > MAX_GRAPH_DEPTH;
+            match result {
+                Ok(()) => proptest::prop_assert!(!cyclic && !too_deep),
+                Err(e) => {
+                    proptest::prop_assert!(cyclic || too_deep, "{}", e);
+                    proptest::prop_assert!(e.contains("calls itself") || e.contains("nested deeper"), "{}", e);
+                }
+            }
         }
 
         /// Models (committed, and one with every construct above) with a few bytes changed: never a panic.

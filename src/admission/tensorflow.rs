@@ -29,6 +29,11 @@
 //! Protobuf keeps the last value of a repeated singular field: every value of an op or function name is
 //! checked, and a function's name is the one protobuf keeps.
 //!
+//! **Calls.** A function that reaches itself (through its nodes' ops, any `func` or `list(func)` attr value, or
+//! the library's gradient of it) is refused, and so is a chain of calls more than `MAX_CALL_DEPTH` functions
+//! deep: TensorFlow expands a call by recursing into the callee and overflowed the stack of Redis's thread on a
+//! 204-byte graph whose function called itself through PartitionedCall. See `callgraph.rs`.
+//!
 //! **Unparsable bytes** are left to TensorFlow, which refuses them ("Invalid GraphDef"): the reader accepts
 //! everything protobuf's parser accepts (groups, 32-bit keys; `protobuf.rs`), so bytes it cannot parse are
 //! bytes TensorFlow cannot load. Attr values nested deeper than TensorFlow could parse are refused here.
@@ -37,9 +42,11 @@
 //! malformed inputs), CPU time (MODEL_EXECUTION_TIMEOUT) and memory (the TF backend's allocator bound,
 //! `backends/tensorflow`).
 
-use std::collections::{HashMap, HashSet};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
+use super::callgraph::{show_path, CallGraph, Refusal};
 use super::protobuf::{fields, Value};
 use super::show;
 
@@ -50,12 +57,21 @@ const OP_LIST: &str = include_str!("tf_ops.txt");
 /// messages, three per level, so no graph TensorFlow can parse is refused for its depth.
 const MAX_ATTR_DEPTH: u32 = 64;
 
+/// How many functions deep calls may nest (a node of the graph calling a function is one level). TensorFlow
+/// expands each nested call by recursion (instantiating the callee's body, Grappler inlining it, the call
+/// kernel building its function) on threads whose stacks the module does not size. Graphs written by
+/// `tf.function` nest a handful of levels (signature wrapper, model, layers, control-flow bodies); 32 leaves
+/// them room and keeps that recursion far from any stack's end (tests/flow/test_security_tf.py runs a chain 32
+/// deep).
+pub const MAX_CALL_DEPTH: u32 = 32;
+
 // Field numbers (tensorflow/core/framework/{graph,function,node_def,attr_value,op_def}.proto).
 const GRAPH_NODE: u32 = 1;
 const GRAPH_LIBRARY: u32 = 2;
 const LIBRARY_FUNCTION: u32 = 1;
 const LIBRARY_GRADIENT: u32 = 2;
 const LIBRARY_REGISTERED_GRADIENT: u32 = 3;
+const GRADIENT_FUNCTION_NAME: u32 = 1; // GradientDef.function_name
 const GRADIENT_FUNC: u32 = 2; // GradientDef.gradient_func
 const REGISTERED_GRADIENT_FUNC: u32 = 1; // RegisteredGradient.gradient_func
 const FUNCTION_SIGNATURE: u32 = 1;
@@ -136,7 +152,9 @@ pub fn check(blob: &[u8]) -> Result<(), String> {
 
 fn admit(blob: &[u8]) -> Walk {
     let functions = library_functions(blob)?;
-    Checker { registry: &REGISTRY, functions }.graph(blob)
+    let checker = Checker { registry: &REGISTRY, functions, calls: RefCell::default() };
+    checker.graph(blob)?;
+    checker.call_graph()
 }
 
 /// Calls `f` with the number and payload of every length-delimited field of `msg`, in order. Protobuf reads
@@ -181,21 +199,38 @@ fn function_name(function: &[u8]) -> Result<&[u8], Stop> {
     Ok(name)
 }
 
-/// The names of the functions of the graph's library (every `library` field: protobuf merges them).
-fn library_functions(graph: &[u8]) -> Result<HashSet<&[u8]>, Stop> {
-    let mut names = HashSet::new();
+/// The functions of the graph's library (every `library` field: protobuf merges them), numbered in order.
+/// Functions of the same name are one (TensorFlow refuses two different ones; their calls are merged).
+#[derive(Default)]
+struct Functions<'a> {
+    names: Vec<&'a [u8]>,
+    index: HashMap<&'a [u8], usize>,
+}
+
+impl Functions<'_> {
+    fn contains(&self, name: &[u8]) -> bool {
+        self.index.contains_key(name)
+    }
+}
+
+fn library_functions(graph: &[u8]) -> Result<Functions<'_>, Stop> {
+    let mut functions = Functions::default();
     walk(graph, |n, library| {
         if n != GRAPH_LIBRARY {
             return Ok(());
         }
         walk(library, |m, function| {
             if m == LIBRARY_FUNCTION {
-                names.insert(function_name(function)?);
+                let name = function_name(function)?;
+                if !functions.index.contains_key(name) {
+                    functions.index.insert(name, functions.names.len());
+                    functions.names.push(name);
+                }
             }
             Ok(())
         })
     })?;
-    Ok(names)
+    Ok(functions)
 }
 
 /// Where a name was found, for the error.
@@ -229,7 +264,9 @@ enum Use<'a> {
 
 struct Checker<'r, 'a> {
     registry: &'r Registry,
-    functions: HashSet<&'a [u8]>,
+    functions: Functions<'a>,
+    /// (caller, callee): every library function a function names, wherever (see `name`), and its gradient.
+    calls: RefCell<Vec<(&'a [u8], &'a [u8])>>,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -245,7 +282,17 @@ impl<'a> Checker<'_, 'a> {
         let site = Site { node: None, function: None };
         walk(library, |n, payload| match n {
             LIBRARY_FUNCTION => self.function(payload),
-            LIBRARY_GRADIENT => self.names_in(payload, GRADIENT_FUNC, site, Use::Gradient),
+            LIBRARY_GRADIENT => {
+                // A function's gradient is built from it (SymbolicGradient): the gradient is reached from it.
+                let function = last(payload, GRADIENT_FUNCTION_NAME)?;
+                walk(payload, |m, gradient| {
+                    if m == GRADIENT_FUNC {
+                        self.reaches(Some(function), gradient);
+                    }
+                    Ok(())
+                })?;
+                self.names_in(payload, GRADIENT_FUNC, site, Use::Gradient)
+            }
             LIBRARY_REGISTERED_GRADIENT => self.names_in(payload, REGISTERED_GRADIENT_FUNC, site, Use::Gradient),
             _ => Ok(()),
         })
@@ -322,13 +369,47 @@ impl<'a> Checker<'_, 'a> {
         })
     }
 
+    /// Records that `function` (`None`: the graph itself) names `name`, if that is a library function.
+    fn reaches(&self, function: Option<&'a [u8]>, name: &'a [u8]) {
+        if let Some(caller) = function.filter(|_| self.functions.contains(name)) {
+            self.calls.borrow_mut().push((caller, name));
+        }
+    }
+
+    /// Refuses a function that reaches itself, or calls nested deeper than `MAX_CALL_DEPTH`.
+    fn call_graph(&self) -> Walk {
+        let names = &self.functions.names;
+        let mut graph = CallGraph::new(names.len());
+        for (caller, callee) in self.calls.borrow().iter() {
+            if let (Some(&a), Some(&b)) = (self.functions.index.get(caller), self.functions.index.get(callee)) {
+                graph.call(a, b, 1);
+            }
+        }
+        let refusal = match graph.heights(MAX_CALL_DEPTH) {
+            Ok(_) => return Ok(()),
+            Err(Refusal::Cycle(path)) => format!(
+                "TF model refused: function '{}' calls itself ({}): recursive functions are not allowed",
+                show(names[path[0]]),
+                show_path(&path, |f| show(names[f]))
+            ),
+            Err(Refusal::TooDeep(f)) => format!(
+                "TF model refused: function '{}' nests function calls more than {MAX_CALL_DEPTH} levels deep",
+                show(names[f])
+            ),
+        };
+        Err(Stop::Refused(refusal))
+    }
+
     /// Checks every string field `number` of `msg` as a name used as `how`.
     fn names_in(&self, msg: &'a [u8], number: u32, site: Site<'a>, how: Use<'a>) -> Walk {
         walk(msg, |n, name| if n == number { self.name(name, site, how) } else { Ok(()) })
     }
 
     /// An op or function name: an allowed op or a function of the library.
-    fn name(&self, name: &[u8], site: Site<'a>, how: Use<'a>) -> Walk {
+    fn name(&self, name: &'a [u8], site: Site<'a>, how: Use<'a>) -> Walk {
+        // Recorded even when an op has the name too: TensorFlow refuses such a library, and more calls only
+        // make the cycle check stricter.
+        self.reaches(site.function, name);
         let unknown;
         let reason = match self.registry.ops.get(name) {
             Some(Verdict::Allow) => return Ok(()),
@@ -584,6 +665,177 @@ mod tests {
             v = attr_func("Identity", &[("f", v)]);
         }
         assert!(refused(&graph(&[node("c", "PartitionedCall", &[("f", v)])], &[])).contains("nested more than 64"));
+    }
+
+    /// A node of a function body calling `callee` in one of the ways TensorFlow calls a function.
+    fn call(how: usize, callee: &str) -> Vec<u8> {
+        match how % 6 {
+            0 => node("n", callee, &[]),
+            1 => node("n", "PartitionedCall", &[("f", attr_func(callee, &[]))]),
+            2 => node("n", "While", &[("cond", attr_func("Identity", &[])), ("body", attr_func(callee, &[]))]),
+            3 => node("n", "Case", &[("branches", attr_funcs(&["Identity", callee]))]),
+            4 => node("n", "If", &[("then_branch", attr_func("Identity", &[("g", attr_func(callee, &[]))]))]),
+            _ => node("n", "SymbolicGradient", &[("f", attr_func(callee, &[]))]),
+        }
+    }
+
+    /// f0 -> f1 -> ... -> f(n-1), called by the graph.
+    fn chain(n: usize) -> Vec<u8> {
+        let functions: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let body = if i + 1 < n { call(i, &format!("f{}", i + 1)) } else { node("m", "Mul", &[]) };
+                function(&format!("f{i}"), &[body])
+            })
+            .collect();
+        graph(
+            &[node("x", "Placeholder", &[]), node("c", "PartitionedCall", &[("f", attr_func("f0", &[]))])],
+            &functions,
+        )
+    }
+
+    #[test]
+    fn a_function_calling_itself_is_refused() {
+        // the report's graph: f's body calls f through PartitionedCall, and the graph calls f
+        let f = function("f", &[node("p", "PartitionedCall", &[("f", attr_func("f", &[]))])]);
+        let g = graph(&[node("c", "PartitionedCall", &[("f", attr_func("f", &[]))])], std::slice::from_ref(&f));
+        assert_eq!(
+            refused(&g),
+            "TF model refused: function 'f' calls itself (f -> f): recursive functions are not allowed"
+        );
+        // ... and when nothing calls it (TensorFlow still takes in the whole library)
+        assert!(refused(&graph(&[node("x", "Placeholder", &[])], &[f])).contains("function 'f' calls itself (f -> f)"));
+        // every way of calling
+        for how in 0..6 {
+            let g = graph(&[], &[function("f", &[call(how, "f")])]);
+            assert!(refused(&g).contains("calls itself (f -> f)"), "{how}");
+        }
+        // a func in a function's own attrs, and in its signature's defaults
+        let f_attr = cat(&[
+            function("f", &[]),
+            bytes(FUNCTION_ATTR, &cat(&[bytes(MAP_KEY, b"k"), bytes(MAP_VALUE, &attr_func("f", &[]))])),
+        ]);
+        assert!(refused(&graph(&[], &[f_attr])).contains("calls itself"));
+        let sig = cat(&[
+            bytes(OPDEF_NAME, b"f"),
+            bytes(OPDEF_ATTR, &cat(&[bytes(1, b"a"), bytes(ATTRDEF_DEFAULT, &attr_func("f", &[]))])),
+        ]);
+        assert!(refused(&graph(&[], &[bytes(FUNCTION_SIGNATURE, &sig)])).contains("calls itself"));
+    }
+
+    #[test]
+    fn call_cycles_are_refused() {
+        // f -> g (a node's op) -> f (a While body)
+        let f = function("f", &[node("a", "g", &[])]);
+        let g = function("g", &[call(2, "f")]);
+        assert_eq!(
+            refused(&graph(&[node("c", "f", &[])], &[f, g])),
+            "TF model refused: function 'f' calls itself (f -> g -> f): recursive functions are not allowed"
+        );
+        // a longer cycle behind a clean prefix, found whatever the order of the library
+        let fs: Vec<Vec<u8>> =
+            (0..5).map(|i| function(&format!("h{i}"), &[call(i, &format!("h{}", (i + 1) % 5))])).collect();
+        let mut lib = vec![function("top", &[node("a", "h3", &[])])];
+        lib.extend(fs.into_iter().rev());
+        assert!(refused(&graph(&[node("c", "top", &[])], &lib))
+            .contains("function 'h3' calls itself (h3 -> h4 -> h0 -> h1 -> h2 -> h3)"));
+        // through the gradient: f's gradient g calls f
+        let f = function("f", &[node("m", "Mul", &[])]);
+        let g = function("g", &[node("a", "f", &[])]);
+        let mut lib: Vec<u8> = [f, g].iter().flat_map(|f| bytes(LIBRARY_FUNCTION, f)).collect();
+        lib.extend(bytes(LIBRARY_GRADIENT, &cat(&[bytes(1, b"f"), bytes(2, b"g")])));
+        let blob = cat(&[bytes(GRAPH_NODE, &node("c", "f", &[])), bytes(GRAPH_LIBRARY, &lib)]);
+        assert!(refused(&blob).contains("function 'f' calls itself (f -> g -> f)"), "{}", refused(&blob));
+        // the same library without the gradient is fine
+        let lib: Vec<u8> = [function("f", &[node("m", "Mul", &[])]), function("g", &[node("a", "f", &[])])]
+            .iter()
+            .flat_map(|f| bytes(LIBRARY_FUNCTION, f))
+            .collect();
+        assert_eq!(check(&cat(&[bytes(GRAPH_NODE, &node("c", "g", &[])), bytes(GRAPH_LIBRARY, &lib)])), Ok(()));
+    }
+
+    #[test]
+    fn call_depth_is_bounded() {
+        assert_eq!(check(&chain(MAX_CALL_DEPTH as usize)), Ok(()));
+        assert_eq!(
+            refused(&chain(MAX_CALL_DEPTH as usize + 1)),
+            "TF model refused: function 'f0' nests function calls more than 32 levels deep"
+        );
+        // far deeper: refused at the bound, no recursion
+        assert!(refused(&chain(5000)).contains("more than 32 levels deep"));
+    }
+
+    #[test]
+    fn control_flow_without_cycles_passes() {
+        // If and While whose branches and bodies are other functions, each used twice, and a diamond
+        let lib = [
+            function("cond", &[node("l", "Less", &[])]),
+            function("body", &[node("a", "AddV2", &[]), node("i", "then", &[])]),
+            function("then", &[node("m", "Mul", &[])]),
+            function("else", &[node("n", "Neg", &[])]),
+        ];
+        let g = graph(
+            &[
+                node("x", "Placeholder", &[]),
+                node("w", "While", &[("cond", attr_func("cond", &[])), ("body", attr_func("body", &[]))]),
+                node(
+                    "i",
+                    "StatelessIf",
+                    &[("then_branch", attr_func("then", &[])), ("else_branch", attr_func("else", &[]))],
+                ),
+                node("k", "Case", &[("branches", attr_funcs(&["then", "else", "body"]))]),
+            ],
+            &lib,
+        );
+        assert_eq!(check(&g), Ok(()));
+    }
+
+    proptest! {
+        #![proptest_config(crate::commands::fuzz::config())]
+
+        /// Random libraries (a chain, to get deep ones, plus random calls in every form): never a panic, and
+        /// refused exactly when some function reaches itself or calls nest deeper than the bound.
+        #[test]
+        fn random_libraries(
+            chain_len in 0usize..40,
+            extra in proptest::collection::vec((0usize..48, 0usize..48, 0usize..6), 0..16),
+        ) {
+            let n = chain_len.max(1) + 8;
+            let mut calls: Vec<(usize, usize, usize)> = (1..chain_len).map(|i| (i - 1, i, i)).collect();
+            calls.extend(extra.iter().map(|&(a, b, how)| (a % n, b % n, how)));
+            let functions: Vec<Vec<u8>> = (0..n)
+                .map(|f| {
+                    let body: Vec<Vec<u8>> =
+                        calls.iter().filter(|c| c.0 == f).map(|&(_, b, how)| call(how, &format!("f{b}"))).collect();
+                    function(&format!("f{f}"), &body)
+                })
+                .collect();
+            let result = check(&graph(&[node("c", "f0", &[])], &functions));
+            // the reference: a cycle by brute-force reachability, else the longest chain by relaxation
+            let edges: Vec<(usize, usize)> = calls.iter().map(|c| (c.0, c.1)).collect();
+            let mut height = vec![1u32; n];
+            let mut cyclic = false;
+            for round in 0..=n {
+                let mut changed = false;
+                for &(a, b) in &edges {
+                    if height[a] < height[b] + 1 {
+                        height[a] = height[b] + 1;
+                        changed = true;
+                    }
+                }
+                if !changed {
+                    break;
+                }
+                cyclic = round == n;
+            }
+            let deepest = height.iter().copied().max().unwrap_or(0);
+            match result {
+                Ok(()) => prop_assert!(!cyclic && deepest <= MAX_CALL_DEPTH),
+                Err(e) => {
+                    prop_assert!(cyclic || deepest > MAX_CALL_DEPTH, "{}", e);
+                    prop_assert!(e.contains("calls itself") || e.contains("levels deep"), "{}", e);
+                }
+            }
+        }
     }
 
     proptest! {

@@ -6,13 +6,27 @@
 //!   to the Flex delegate (found by `dlsym` in the process) to run TensorFlow kernels, ReadFile and
 //!   WriteFile included. STABLEHLO_CUSTOM_CALL (173) is refused as a custom call too;
 //! - external buffers (`Model.external_buffer_groups`, `Model.external_buffers`, `Tensor.external_buffer`):
-//!   weights that LiteRT loads from outside the flatbuffer.
+//!   weights that LiteRT loads from outside the flatbuffer;
+//! - control flow that recurses: an operator that runs other subgraphs (WHILE, IF, CALL_ONCE, CALL and the
+//!   StableHLO ops with bodies or comparators) naming its own subgraph, a cycle of subgraphs, subgraphs nested
+//!   more than `MAX_SUBGRAPH_DEPTH` deep, or a subgraph index that does not exist. LiteRT prepares and runs a
+//!   control-flow op by recursing into the subgraphs it names: a 576-byte model whose WHILE body was its own
+//!   subgraph was accepted at store and overflowed the stack at its first run. The indices are read as LiteRT reads them: by the op's builtin
+//!   code, from its options when they are of the op's own options type, else 0 (LiteRT's parameters start
+//!   zeroed, so a WHILE without options runs subgraph 0).
+//!
+//! Flatbuffers may share tables and vectors (offsets can point anywhere), so a few kilobytes can describe
+//! millions of subgraphs or operators; every element the walk reads is counted, and a model that needs more
+//! reads than it has bytes (which only sharing can do) is refused instead of walked.
 //!
 //! The reader below is bounds-checked and never panics. A blob it cannot read is let through: LiteRT runs
 //! flatbuffers' verifier (bounds, alignment, nesting) over the whole model before using it
 //! ("Failed to verify flatbuffer"), which is stricter than this reader, and refuses such a blob itself with
 //! the error clients already get. Blobs too big for the verifier (2 GiB and more) are refused instead.
 
+use std::collections::HashMap;
+
+use super::callgraph::{show_path, CallGraph, Refusal};
 use super::show;
 
 /// Field ids (the n-th field of a table in schema.fbs; its vtable slot is 4 + 2n).
@@ -25,6 +39,12 @@ mod field {
     pub const OPCODE_CUSTOM_CODE: usize = 1; // string
     pub const OPCODE_BUILTIN_CODE: usize = 3; // BuiltinOperator (int)
     pub const SUBGRAPH_TENSORS: usize = 0;
+    pub const SUBGRAPH_OPERATORS: usize = 3;
+    pub const OPERATOR_OPCODE_INDEX: usize = 0; // uint
+    pub const OPERATOR_BUILTIN_OPTIONS_TYPE: usize = 3; // the BuiltinOptions union's type (ubyte) ...
+    pub const OPERATOR_BUILTIN_OPTIONS: usize = 4; // ... and its table
+    pub const OPERATOR_BUILTIN_OPTIONS_2_TYPE: usize = 11; // BuiltinOptions2
+    pub const OPERATOR_BUILTIN_OPTIONS_2: usize = 12;
     pub const TENSOR_EXTERNAL_BUFFER: usize = 10; // uint
     pub const EXTERNAL_BUFFER_GROUP_NAME: usize = 0; // string
 }
@@ -32,6 +52,48 @@ mod field {
 /// BuiltinOperator values.
 const CUSTOM: i32 = 32;
 const STABLEHLO_CUSTOM_CALL: i32 = 173;
+
+/// How many subgraphs deep control flow may nest (the main subgraph is one level). LiteRT prepares, and runs,
+/// a control-flow op's subgraphs by recursing into them (`Subgraph::AllocateTensors` -> the op's `Prepare` ->
+/// the callee's `AllocateTensors`, several frames a level) on whichever thread prepares or runs the model (a
+/// build thread, Redis's main thread at RDB load, a worker). Converted models nest a few levels (a loop
+/// in a branch in a loop); 32 leaves them room and that recursion far from the stack's end (a WHILE model built
+/// in tests/flow/test_tflite.py runs).
+pub const MAX_SUBGRAPH_DEPTH: u32 = 32;
+
+/// An operator that runs other subgraphs, with where its options keep their indices (schema.fbs).
+struct ControlFlow {
+    code: i32,
+    name: &'static str,
+    /// In `builtin_options_2` (else `builtin_options`), when the union's type is `options_type`.
+    options2: bool,
+    options_type: u8,
+    /// Fields holding one subgraph index (`int`; CallOptions' is a `uint`).
+    indices: &'static [usize],
+    unsigned: bool,
+    /// A field holding a vector of indices (`[int]`).
+    index_vector: Option<usize>,
+}
+
+const fn cf(code: i32, name: &'static str, options2: bool, options_type: u8, indices: &'static [usize]) -> ControlFlow {
+    ControlFlow { code, name, options2, options_type, indices, unsigned: false, index_vector: None }
+}
+
+/// BuiltinOperator codes, BuiltinOptions / BuiltinOptions2 union types and field ids, from schema.fbs.
+const CONTROL_FLOW: &[ControlFlow] = &[
+    // CallOptions.subgraph (no builtin kernel in LiteRT 2.3; a later one may add it)
+    ControlFlow { unsigned: true, ..cf(31, "CALL", false, 16, &[0]) },
+    cf(118, "IF", false, 92, &[0, 1]),                  // IfOptions: then, else
+    cf(119, "WHILE", false, 93, &[0, 1]),               // WhileOptions: cond, body
+    cf(129, "CALL_ONCE", false, 103, &[0]),             // CallOnceOptions: init
+    cf(174, "STABLEHLO_REDUCE", true, 6, &[1]),         // StablehloReduceOptions.body_subgraph_index
+    cf(190, "STABLEHLO_SCATTER", true, 7, &[6]),        // StablehloScatterOptions.update_computation_subgraph_index
+    cf(198, "STABLEHLO_REDUCE_WINDOW", true, 13, &[5]), // StablehloReduceWindowOptions.body_subgraph_index
+    cf(199, "STABLEHLO_SORT", true, 14, &[2]),          // StablehloSortOptions.comparator_subgraph_index
+    cf(200, "STABLEHLO_WHILE", true, 15, &[0, 1]),      // StablehloWhileOptions: cond, body
+    cf(206, "STABLEHLO_COMPOSITE", true, 21, &[1]),     // StableHLOCompositeOptions.decomposition_subgraph_index
+    ControlFlow { index_vector: Some(0), ..cf(209, "STABLEHLO_CASE", true, 23, &[]) }, // branch_subgraph_indices
+];
 
 /// flatbuffers' FLATBUFFERS_MAX_BUFFER_SIZE: the verifier does not take larger buffers.
 const MAX_VERIFIABLE: usize = (1 << 31) - 1;
@@ -58,11 +120,33 @@ impl From<Malformed> for Stop {
     }
 }
 
+/// Elements (of vectors of tables or indices) the walk may still read. Each element takes 4 bytes of its own
+/// in a flatbuffer whose parts are not shared, so a model never needs more reads than a quarter of its size.
+struct Budget(usize);
+
+impl Budget {
+    fn spend(&mut self) -> Result<(), Stop> {
+        self.0 = self.0.checked_sub(1).ok_or_else(|| {
+            Stop::Refused(
+                "TFLITE model refused: its flatbuffer shares the same data between many subgraphs or operators \
+                 (more to read than the model's size)"
+                    .into(),
+            )
+        })?;
+        Ok(())
+    }
+}
+
 fn walk(blob: &[u8]) -> Result<(), Stop> {
     let model = Table::root(blob)?;
+    let mut budget = Budget(blob.len() / 4 + 1);
+    let mut builtin_codes = Vec::new();
     if let Some(codes) = model.vector(field::MODEL_OPERATOR_CODES, 4)? {
         for i in 0..codes.len {
-            operator_code(i, &codes.table(i)?)?;
+            budget.spend()?;
+            let code = codes.table(i)?;
+            operator_code(i, &code)?;
+            builtin_codes.push(builtin_code(&code)?);
         }
     }
     if let Some(groups) = model.vector(field::MODEL_EXTERNAL_BUFFER_GROUPS, 4)? {
@@ -78,21 +162,107 @@ fn walk(blob: &[u8]) -> Result<(), Stop> {
     if model.vector(field::MODEL_EXTERNAL_BUFFERS, 4)?.is_some_and(|v| v.len > 0) {
         return Err(external_buffer());
     }
-    if let Some(subgraphs) = model.vector(field::MODEL_SUBGRAPHS, 4)? {
-        for g in 0..subgraphs.len {
-            let Some(tensors) = subgraphs.table(g)?.vector(field::SUBGRAPH_TENSORS, 4)? else { continue };
+    let Some(subgraphs) = model.vector(field::MODEL_SUBGRAPHS, 4)? else { return Ok(()) };
+    let mut calls = Calls { graph: CallGraph::new(subgraphs.len), ops: HashMap::new() };
+    for g in 0..subgraphs.len {
+        budget.spend()?;
+        let subgraph = subgraphs.table(g)?;
+        if let Some(tensors) = subgraph.vector(field::SUBGRAPH_TENSORS, 4)? {
             for t in 0..tensors.len {
+                budget.spend()?;
                 if tensors.table(t)?.scalar::<4>(field::TENSOR_EXTERNAL_BUFFER)?.map(u32::from_le_bytes) > Some(0) {
                     return Err(external_buffer());
                 }
             }
         }
+        if let Some(operators) = subgraph.vector(field::SUBGRAPH_OPERATORS, 4)? {
+            for i in 0..operators.len {
+                budget.spend()?;
+                calls.operator(g, i, &operators.table(i)?, &builtin_codes, &mut budget)?;
+            }
+        }
     }
-    Ok(())
+    calls.check()
+}
+
+/// The subgraph call graph, and the op behind each call (for the error).
+struct Calls {
+    graph: CallGraph,
+    ops: HashMap<(usize, usize), &'static str>,
+}
+
+impl Calls {
+    /// Records the subgraphs operator `i` of subgraph `g` runs.
+    fn operator(&mut self, g: usize, i: usize, op: &Table, codes: &[i32], budget: &mut Budget) -> Result<(), Stop> {
+        let index = op.scalar::<4>(field::OPERATOR_OPCODE_INDEX)?.map_or(0, u32::from_le_bytes);
+        // An index past the codes: LiteRT refuses the model ("Missing registration for opcode_index").
+        let Some(&code) = usize::try_from(index).ok().and_then(|i| codes.get(i)) else { return Ok(()) };
+        let Some(cf) = CONTROL_FLOW.iter().find(|c| c.code == code) else { return Ok(()) };
+        let (type_field, table_field) = if cf.options2 {
+            (field::OPERATOR_BUILTIN_OPTIONS_2_TYPE, field::OPERATOR_BUILTIN_OPTIONS_2)
+        } else {
+            (field::OPERATOR_BUILTIN_OPTIONS_TYPE, field::OPERATOR_BUILTIN_OPTIONS)
+        };
+        let options_type = op.scalar::<1>(type_field)?.map_or(0, |b| b[0]);
+        let options = if options_type == cf.options_type { op.table(table_field)? } else { None };
+        for &id in cf.indices {
+            // Absent options or field: 0, as in LiteRT.
+            let raw = options.as_ref().map(|o| o.scalar::<4>(id)).transpose()?.flatten().unwrap_or([0; 4]);
+            let target =
+                if cf.unsigned { i64::from(u32::from_le_bytes(raw)) } else { i64::from(i32::from_le_bytes(raw)) };
+            self.call(g, i, cf.name, target)?;
+        }
+        if let (Some(id), Some(options)) = (cf.index_vector, &options) {
+            if let Some(indices) = options.vector(id, 4)? {
+                for k in 0..indices.len {
+                    budget.spend()?;
+                    self.call(g, i, cf.name, i64::from(indices.i32(k)?))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, g: usize, i: usize, op: &'static str, target: i64) -> Result<(), Stop> {
+        let n = self.graph.len();
+        let Some(callee) = usize::try_from(target).ok().filter(|&t| t < n) else {
+            return Err(Stop::Refused(format!(
+                "TFLITE model refused: operator {i} of subgraph {g} ({op}) names subgraph {target}, which does not \
+                 exist (the model has {n})"
+            )));
+        };
+        self.graph.call(g, callee, 1);
+        self.ops.entry((g, callee)).or_insert(op);
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), Stop> {
+        let refusal = match self.graph.heights(MAX_SUBGRAPH_DEPTH) {
+            Ok(_) => return Ok(()),
+            Err(Refusal::Cycle(path)) => format!(
+                "TFLITE model refused: subgraph {} calls itself through {} (subgraphs {}): recursive control flow is \
+                 not allowed",
+                path[0],
+                self.ops.get(&(path[0], path[1])).copied().unwrap_or("a control-flow op"),
+                show_path(&path, |g| g.to_string())
+            ),
+            Err(Refusal::TooDeep(g)) => format!(
+                "TFLITE model refused: subgraph {g} nests control flow more than {MAX_SUBGRAPH_DEPTH} subgraphs deep"
+            ),
+        };
+        Err(Stop::Refused(refusal))
+    }
 }
 
 fn external_buffer() -> Stop {
     Stop::Refused("TFLITE model refused: external buffers are not allowed (weights from outside the model)".into())
+}
+
+/// The operator an `OperatorCode` names, as LiteRT reads it (`GetBuiltinCode`: the larger of its two fields).
+fn builtin_code(code: &Table) -> R<i32> {
+    let deprecated = code.scalar::<1>(field::OPCODE_DEPRECATED_BUILTIN_CODE)?.map_or(0, |b| i32::from(b[0] as i8));
+    let builtin = code.scalar::<4>(field::OPCODE_BUILTIN_CODE)?.map_or(0, i32::from_le_bytes);
+    Ok(deprecated.max(builtin))
 }
 
 fn operator_code(i: usize, code: &Table) -> Result<(), Stop> {
@@ -196,6 +366,12 @@ impl<'a> Table<'a> {
         Ok(Some(Vector { buf: self.buf, start, len }))
     }
 
+    /// The table in field `id`.
+    fn table(&self, id: usize) -> R<Option<Table<'a>>> {
+        let Some(pos) = self.field(id)? else { return Ok(None) };
+        Table::at(self.buf, indirect(self.buf, pos)?).map(Some)
+    }
+
     fn string(&self, id: usize) -> R<Option<&'a [u8]>> {
         Ok(self.vector(id, 1)?.map(|v| &v.buf[v.start..v.start + v.len]))
     }
@@ -212,6 +388,11 @@ impl<'a> Vector<'a> {
     fn table(&self, i: usize) -> R<Table<'a>> {
         Table::at(self.buf, indirect(self.buf, self.start + 4 * i)?)
     }
+
+    /// Element `i` of a vector of `int`.
+    fn i32(&self, i: usize) -> R<i32> {
+        bytes(self.buf, self.start + 4 * i).map(i32::from_le_bytes)
+    }
 }
 
 #[cfg(test)]
@@ -223,10 +404,15 @@ mod tests {
     #[derive(Clone)]
     enum V {
         I8(i8),
+        U8(u8),
         I32(i32),
         U32(u32),
         Str(&'static [u8]),
         Tables(Vec<T>),
+        Table(Box<T>),
+        Ints(Vec<i32>),
+        /// A vector of `n` offsets to one table (flatbuffers allow sharing).
+        Shared(usize, Box<T>),
     }
 
     /// A table: `(field id, value)` pairs.
@@ -257,9 +443,10 @@ mod tests {
             out[vtable + 4 + 2 * id..vtable + 6 + 2 * id].copy_from_slice(&((at - pos) as u16).to_le_bytes());
             match v {
                 V::I8(x) => out.extend([*x as u8, 0, 0, 0]),
+                V::U8(x) => out.extend([*x, 0, 0, 0]),
                 V::I32(x) => out.extend(x.to_le_bytes()),
                 V::U32(x) => out.extend(x.to_le_bytes()),
-                V::Str(_) | V::Tables(_) => {
+                V::Str(_) | V::Tables(_) | V::Table(_) | V::Ints(_) | V::Shared(..) => {
                     out.extend([0; 4]);
                     pending.push((at, v));
                 }
@@ -270,6 +457,11 @@ mod tests {
         out[vtable + 2..vtable + 4].copy_from_slice(&tsize.to_le_bytes());
         for (at, v) in pending {
             let target = out.len();
+            if let V::Table(t) = v {
+                let p = table(t, out);
+                patch(out, at, p);
+                continue;
+            }
             patch(out, at, target);
             match v {
                 V::Str(s) => {
@@ -283,6 +475,19 @@ mod tests {
                     out.extend(vec![0u8; 4 * ts.len()]);
                     for (i, t) in ts.iter().enumerate() {
                         let p = table(t, out);
+                        patch(out, slots + 4 * i, p);
+                    }
+                }
+                V::Ints(xs) => {
+                    out.extend((xs.len() as u32).to_le_bytes());
+                    xs.iter().for_each(|x| out.extend(x.to_le_bytes()));
+                }
+                V::Shared(n, t) => {
+                    out.extend((*n as u32).to_le_bytes());
+                    let slots = out.len();
+                    out.extend(vec![0u8; 4 * n]);
+                    let p = table(t, out);
+                    for i in 0..*n {
                         patch(out, slots + 4 * i, p);
                     }
                 }
@@ -385,6 +590,224 @@ mod tests {
         let good = model(vec![opcode(0, 0, None)], vec![]);
         for cut in 0..good.len() {
             let _ = check(&good[..cut]);
+        }
+    }
+
+    // ---- control flow
+
+    const IF: i32 = 118;
+    const WHILE: i32 = 119;
+
+    /// The operator codes of the control-flow tests: code i is CONTROL_FLOW[i], then ADD.
+    fn cf_codes() -> Vec<T> {
+        let mut codes: Vec<T> = CONTROL_FLOW.iter().map(|c| opcode(c.code.min(127) as i8, c.code, None)).collect();
+        codes.push(opcode(0, 0, None));
+        codes
+    }
+
+    fn add_op() -> T {
+        T(vec![(0, V::U32(CONTROL_FLOW.len() as u32))])
+    }
+
+    /// Operator `code` (a BuiltinOperator of CONTROL_FLOW) whose options name `targets`.
+    fn cf_op(code: i32, targets: &[i32]) -> T {
+        let (i, cf) = CONTROL_FLOW.iter().enumerate().find(|(_, c)| c.code == code).unwrap();
+        let mut fields: Vec<(usize, V)> = cf.indices.iter().zip(targets).map(|(&id, &t)| (id, V::I32(t))).collect();
+        if let Some(id) = cf.index_vector {
+            fields.push((id, V::Ints(targets.to_vec())));
+        }
+        let (ty, table) = if cf.options2 { (11, 12) } else { (3, 4) };
+        T(vec![(0, V::U32(i as u32)), (ty, V::U8(cf.options_type)), (table, V::Table(Box::new(T(fields))))])
+    }
+
+    /// A model whose subgraph i holds `subgraphs[i]`'s operators.
+    fn cf_model(subgraphs: Vec<Vec<T>>) -> Vec<u8> {
+        let subgraphs = subgraphs.into_iter().map(|ops| T(vec![(3, V::Tables(ops)), (4, V::Str(b"g"))])).collect();
+        build(&T(vec![(0, V::U32(3)), (1, V::Tables(cf_codes())), (2, V::Tables(subgraphs))]))
+    }
+
+    #[test]
+    fn while_whose_body_is_its_own_subgraph_is_refused() {
+        let blob = cf_model(vec![vec![add_op(), cf_op(WHILE, &[1, 0])], vec![add_op()]]);
+        assert_eq!(
+            check(&blob).unwrap_err(),
+            "TFLITE model refused: subgraph 0 calls itself through WHILE (subgraphs 0 -> 0): recursive control flow \
+             is not allowed"
+        );
+        // a cond that is its own subgraph, in a subgraph other than the main one
+        let blob = cf_model(vec![vec![cf_op(WHILE, &[1, 2])], vec![cf_op(WHILE, &[1, 2])], vec![]]);
+        assert!(check(&blob).unwrap_err().contains("subgraph 1 calls itself through WHILE (subgraphs 1 -> 1)"));
+    }
+
+    #[test]
+    fn every_control_flow_op_is_followed() {
+        for cf in CONTROL_FLOW {
+            let targets = vec![0; cf.indices.len().max(1)];
+            let err = check(&cf_model(vec![vec![cf_op(cf.code, &targets)], vec![]])).unwrap_err();
+            assert!(err.contains(&format!("subgraph 0 calls itself through {} (subgraphs 0 -> 0)", cf.name)), "{err}");
+            // the same op calling subgraph 1 is fine
+            let targets = vec![1; cf.indices.len().max(1)];
+            assert_eq!(check(&cf_model(vec![vec![cf_op(cf.code, &targets)], vec![]])), Ok(()), "{}", cf.name);
+        }
+        // CASE: any branch
+        let err = check(&cf_model(vec![vec![cf_op(209, &[1, 2, 0])], vec![], vec![]])).unwrap_err();
+        assert!(err.contains("through STABLEHLO_CASE"), "{err}");
+    }
+
+    #[test]
+    fn options_are_read_as_litert_reads_them() {
+        // no options, or options of another type: LiteRT's parameters stay 0, so WHILE runs subgraph 0
+        let bare = T(vec![(0, V::U32(2))]);
+        assert!(check(&cf_model(vec![vec![bare], vec![]])).unwrap_err().contains("calls itself through WHILE"));
+        let mut wrong = cf_op(WHILE, &[1, 1]);
+        wrong.0[1] = (3, V::U8(92)); // IfOptions
+        assert!(check(&cf_model(vec![vec![wrong], vec![]])).unwrap_err().contains("calls itself through WHILE"));
+        // an absent field is 0 as well
+        let half = T(vec![(0, V::U32(2)), (3, V::U8(93)), (4, V::Table(Box::new(T(vec![(0, V::I32(1))]))))]);
+        assert!(check(&cf_model(vec![vec![half], vec![]])).unwrap_err().contains("calls itself"));
+        // the op is the larger of the two code fields, as LiteRT's GetBuiltinCode has it
+        for (deprecated, builtin, refused) in [(0, WHILE, true), (WHILE as i8, 0, true), (127, WHILE, false)] {
+            let mut codes = cf_codes();
+            codes[2] = opcode(deprecated, builtin, None);
+            let g = T(vec![(3, V::Tables(vec![cf_op(WHILE, &[0, 0])]))]);
+            let blob = build(&T(vec![(1, V::Tables(codes)), (2, V::Tables(vec![g]))]));
+            assert_eq!(check(&blob).is_err(), refused, "{deprecated} {builtin}");
+        }
+        // an op whose code index does not exist: LiteRT refuses it itself
+        let blob = cf_model(vec![vec![T(vec![(0, V::U32(999))])]]);
+        assert_eq!(check(&blob), Ok(()));
+    }
+
+    #[test]
+    fn cycles_through_several_subgraphs_are_refused() {
+        // 0 -WHILE-> 2 -IF-> 0
+        let blob = cf_model(vec![vec![cf_op(WHILE, &[1, 2])], vec![], vec![cf_op(IF, &[3, 0])], vec![]]);
+        assert_eq!(
+            check(&blob).unwrap_err(),
+            "TFLITE model refused: subgraph 0 calls itself through WHILE (subgraphs 0 -> 2 -> 0): recursive control \
+             flow is not allowed"
+        );
+        // a cycle of subgraphs the main one never calls
+        let blob = cf_model(vec![vec![add_op()], vec![cf_op(IF, &[2, 2])], vec![cf_op(129, &[1])]]);
+        assert!(check(&blob).unwrap_err().contains("subgraph 1 calls itself through IF (subgraphs 1 -> 2 -> 1)"));
+    }
+
+    #[test]
+    fn subgraph_indices_must_exist() {
+        let blob = cf_model(vec![vec![cf_op(WHILE, &[1, 5])], vec![]]);
+        assert_eq!(
+            check(&blob).unwrap_err(),
+            "TFLITE model refused: operator 0 of subgraph 0 (WHILE) names subgraph 5, which does not exist (the \
+             model has 2)"
+        );
+        assert!(check(&cf_model(vec![vec![cf_op(IF, &[-1, 0])]])).unwrap_err().contains("names subgraph -1"));
+        assert!(check(&cf_model(vec![vec![cf_op(209, &[1, 7])], vec![]])).unwrap_err().contains("names subgraph 7"));
+    }
+
+    /// Subgraph i runs subgraph i + 1 (IF, WHILE, CALL_ONCE in turn), the last runs nothing.
+    fn nested(levels: usize) -> Vec<u8> {
+        let subgraphs = (0..levels)
+            .map(|i| {
+                let next = (i + 1) as i32;
+                match (i + 1 == levels, i % 3) {
+                    (true, _) => vec![add_op()],
+                    (_, 0) => vec![cf_op(IF, &[next, next])],
+                    (_, 1) => vec![add_op(), cf_op(WHILE, &[next, next])],
+                    _ => vec![cf_op(129, &[next])],
+                }
+            })
+            .collect();
+        cf_model(subgraphs)
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        assert_eq!(check(&nested(MAX_SUBGRAPH_DEPTH as usize)), Ok(()));
+        assert_eq!(
+            check(&nested(MAX_SUBGRAPH_DEPTH as usize + 1)).unwrap_err(),
+            "TFLITE model refused: subgraph 0 nests control flow more than 32 subgraphs deep"
+        );
+        assert!(check(&nested(3000)).unwrap_err().contains("more than 32 subgraphs deep"));
+    }
+
+    #[test]
+    fn legitimate_control_flow_passes() {
+        // main: WHILE(cond 1, body 2); the body: IF(then 3, else 4); both branches called twice, CASE over them
+        let blob = cf_model(vec![
+            vec![add_op(), cf_op(WHILE, &[1, 2]), cf_op(IF, &[3, 4])],
+            vec![add_op()],
+            vec![cf_op(IF, &[3, 4]), cf_op(209, &[3, 4, 3])],
+            vec![add_op()],
+            vec![],
+        ]);
+        assert_eq!(check(&blob), Ok(()));
+    }
+
+    #[test]
+    fn shared_data_is_refused_not_walked() {
+        // 3,000 subgraph offsets to one subgraph whose 3,000 operator offsets point to one ADD: 9 million
+        // operators in 25 KB
+        let subgraph = T(vec![(3, V::Shared(3000, Box::new(add_op())))]);
+        let blob = build(&T(vec![(1, V::Tables(cf_codes())), (2, V::Shared(3000, Box::new(subgraph)))]));
+        assert!(blob.len() < 30_000, "{}", blob.len());
+        assert!(check(&blob).unwrap_err().contains("shares the same data"));
+        // a few shared tables are fine
+        let subgraph = T(vec![(3, V::Shared(3, Box::new(add_op())))]);
+        assert_eq!(check(&build(&T(vec![(1, V::Tables(cf_codes())), (2, V::Shared(2, Box::new(subgraph)))]))), Ok(()));
+    }
+
+    proptest! {
+        #![proptest_config(crate::commands::fuzz::config())]
+
+        /// Random subgraph tables (a chain, to get deep ones, plus random control-flow ops, a few naming
+        /// subgraphs that do not exist): never a panic, and refused exactly when a subgraph reaches itself,
+        /// control flow nests deeper than the bound, or an index is out of range.
+        #[test]
+        fn random_subgraph_tables(
+            chain in 0usize..40,
+            extra in proptest::collection::vec((0usize..48, -2i32..50, 0usize..11), 0..16),
+        ) {
+            let n = chain.max(1) + 8;
+            let mut calls: Vec<(usize, i32, usize)> = (1..chain).map(|i| (i - 1, i as i32, i % 11)).collect();
+            calls.extend(extra.iter().map(|&(a, b, op)| (a % n, if b < 48 { b % n as i32 } else { b }, op)));
+            let subgraphs: Vec<Vec<T>> = (0..n)
+                .map(|g| {
+                    let mut ops = vec![add_op()];
+                    for &(_, b, op) in calls.iter().filter(|c| c.0 == g) {
+                        let cf = &CONTROL_FLOW[op];
+                        ops.push(cf_op(cf.code, &vec![b; cf.indices.len().max(1)]));
+                    }
+                    ops
+                })
+                .collect();
+            let result = check(&cf_model(subgraphs));
+            let out_of_range = calls.iter().any(|c| c.1 < 0 || c.1 as usize >= n);
+            let edges: Vec<(usize, usize)> = calls.iter().filter(|c| c.1 >= 0).map(|c| (c.0, c.1 as usize)).collect();
+            let mut height = vec![1u32; n];
+            let mut cyclic = false;
+            for round in 0..=n {
+                let mut changed = false;
+                for &(a, b) in edges.iter().filter(|e| e.1 < n) {
+                    if height[a] < height[b] + 1 {
+                        height[a] = height[b] + 1;
+                        changed = true;
+                    }
+                }
+                if !changed {
+                    break;
+                }
+                cyclic = round == n;
+            }
+            let deepest = height.iter().copied().max().unwrap_or(0);
+            match result {
+                Ok(()) => prop_assert!(!cyclic && !out_of_range && deepest <= MAX_SUBGRAPH_DEPTH),
+                Err(e) => prop_assert!(
+                    (cyclic && e.contains("calls itself"))
+                        || (out_of_range && e.contains("does not exist"))
+                        || ((cyclic || deepest > MAX_SUBGRAPH_DEPTH) && e.contains("subgraphs deep")),
+                    "{}", e
+                ),
+            }
         }
     }
 

@@ -246,10 +246,11 @@ mod tests {
             unsafe { std::ptr::write_bytes(p as *mut u8, 0xab, size) };
         }
         assert!(counters().0 >= before + blocks.iter().map(|b| b.1 as u64).sum::<u64>());
-        // SAFETY: each block holds `size` readable bytes.
-        assert!(blocks
-            .iter()
-            .all(|&(p, size)| unsafe { std::slice::from_raw_parts(p as *const u8, size) }.iter().all(|&b| b == 0xab)));
+        for &(p, size) in &blocks {
+            // SAFETY: each block holds `size` readable bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, size) };
+            assert!(bytes.iter().all(|&b| b == 0xab));
+        }
         for (p, _) in blocks {
             // SAFETY: each block came from `alloc` and is freed once.
             unsafe { free(std::ptr::null_mut(), p) };

@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod dag;
+pub mod deferred;
 pub mod inline;
 pub mod lazy_free;
 pub mod queue;

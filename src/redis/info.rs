@@ -81,5 +81,9 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         let (inline, queued) = crate::exec::inline::counts();
         raw::add_info_field_long_long(ctx, "inline_runs", inline as i64);
         raw::add_info_field_long_long(ctx, "queued_runs", queued as i64);
+        // Models from RDB/AOF waiting for their deferred build, and deferred builds that failed (DEFERRED_MODEL_BUILD).
+        let (pending, failed) = crate::exec::deferred::counts();
+        raw::add_info_field_long_long(ctx, "models_pending_build", pending as i64);
+        raw::add_info_field_long_long(ctx, "models_failed_build", failed as i64);
     }));
 }

@@ -51,7 +51,7 @@ extern "C" fn model_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mu
         Ok(spec) => {
             let key = key_name(rdb);
             let model = Model::restore(&key, spec);
-            if let Err(e) = &model.handle {
+            if let Some(Err(e)) = model.built() {
                 log_warning(&format!(
                     "redisai: model '{}' was loaded with its data but cannot run: {e}",
                     String::from_utf8_lossy(&key)

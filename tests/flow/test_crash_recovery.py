@@ -488,3 +488,79 @@ def test_rdb_built_from_redisai_dumps_loads(make_server, checksum):
     np.testing.assert_array_equal(get_tensor(con, "c"), a + b)
     assert con.execute_command("AI.SCRIPTEXECUTE", "s:1", "baz", "INPUTS", 1, "a", "OUTPUTS", 1, "c") == b"OK"
     np.testing.assert_array_equal(get_tensor(con, "c"), a * 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# (d) DEFERRED_MODEL_BUILD: models from the RDB are built after loading, off the main thread, one at a time
+# through a crash journal, so that a model whose build crashes the server cannot keep it down.
+
+DEFERRED = ("DEFERRED_MODEL_BUILD", "yes")
+
+
+def _modules_field(srv, name):
+    return int(srv.info("modules")[f"ai_{name}"])
+
+
+@pytest.mark.module_args(*DEFERRED)
+def test_deferred_build_loads_models_after_the_rdb(server):
+    con = server.client()
+    store(con, "m", "mul")
+    set_tensor(con, "a", np.array([[1, 2], [3, 4]], dtype=np.float32))
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE",
+                        "def f(tensors: List[Tensor], keys: List[str], args: List[str]):\n    return tensors[0] * 2\n")
+    assert con.save()
+    server.restart()
+    con = server.client()
+    # Right after the restart: the model is there (its data at once, its build in the background) and runs.
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "c"), np.array([[1, 4], [9, 16]], dtype=np.float32))
+    assert con.execute_command("AI.MODELGET", "m", "BLOB") == blob("mul")
+    wait_for(lambda: _modules_field(server, "models_pending_build") == 0, 30, what="the deferred build")
+    assert _modules_field(server, "models_failed_build") == 0
+    assert not (server.dir / "redisai-builds.journal").exists()
+
+
+@pytest.mark.module_args(*DEFERRED)
+def test_model_whose_build_crashes_cannot_keep_the_server_down(server, monkeypatch):
+    con = server.client()
+    store(con, "good", "mul")
+    store(con, "crasher", "linear")
+    set_tensor(con, "a", np.array([[1, 2], [3, 4]], dtype=np.float32))
+    con.set("plain", "kept")
+    assert con.save()
+    server.stop()
+    # The crasher's build takes the process down (as a backend bug would), after the RDB was loaded.
+    monkeypatch.setenv("REDISAI_TEST_CRASH_BUILDING", "crasher")
+    server._spawn_and_wait()
+    server.proc.wait(timeout=60)
+    assert server.proc.returncode != 0
+    journal = server.dir / "redisai-builds.journal"
+    assert journal.read_text().split()[1] == "crasher"
+    # Started again (the crash would happen again if the model were built): the server serves everything.
+    server.start()
+    con = server.client()
+    assert con.ping()
+    assert con.get("plain") == b"kept"
+    assert con.execute_command("AI.MODELEXECUTE", "good", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "c"), np.array([[1, 4], [9, 16]], dtype=np.float32))
+    with pytest.raises(redis.ResponseError, match="build crashed the server before"):
+        con.execute_command("AI.MODELEXECUTE", "crasher", "INPUTS", 1, "a", "OUTPUTS", 1, "y")
+    assert con.execute_command("AI.MODELGET", "crasher", "BLOB") == blob("linear")
+    wait_for(lambda: _modules_field(server, "models_pending_build") == 0, 30, what="the deferred builds")
+    assert _modules_field(server, "models_failed_build") == 1
+    assert con.ping()
+    # Stored again by a client, it is built as any MODELSTORE is, and no longer quarantined.
+    monkeypatch.delenv("REDISAI_TEST_CRASH_BUILDING")
+    store(con, "crasher", "linear")
+    assert not journal.exists()
+    set_tensor(con, "x", np.ones((1, 4), dtype=np.float32))
+    con.execute_command("AI.MODELEXECUTE", "crasher", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+
+
+def test_without_deferred_build_models_are_built_while_loading(server):
+    con = server.client()
+    store(con, "m", "mul")
+    assert con.save()
+    server.restart()
+    assert _modules_field(server, "models_pending_build") == 0
+    assert not (server.dir / "redisai-builds.journal").exists()

@@ -992,3 +992,27 @@ def test_not_in_transaction(con):
     assert isinstance(res[0], redis.exceptions.ResponseError), res
     assert str(res[0]) == "Cannot run RedisAI command within a transaction or a LUA script"
     assert con.exists("c") == 0
+
+
+RESIZE_SRC = "".join([
+    entry("grow", "x = torch.arange(4.0) + 1", "x.resize_([int(args[0])])", "return x"),
+    entry("grow_as", "x = torch.arange(4.0) + 1", "x.resize_as_(torch.ones(int(args[0])))", "return x"),
+    entry("grow_out", "o = torch.zeros(2) + 7", "torch.resize(torch.arange(4.0) + 1, [int(args[0])], out=o)",
+          "return o"),
+    entry("empty_out", "o = torch.ones(4)", "torch.empty([int(args[0])], out=o)", "return o"),
+    entry("fill_empty", "x = torch.empty([int(args[0])])", "x.fill_(2.5)", "return x"),
+])
+
+
+@pytest.mark.parametrize("n", [8, 100000])
+def test_resized_and_empty_tensors(con, n):
+    """What an op leaves unwritten reads as zero (the backend zeroes new memory); what it keeps stays."""
+    script_store(con, "s", RESIZE_SRC, ["grow", "grow_as", "grow_out", "empty_out", "fill_empty"])
+    head = {"grow": [1, 2, 3, 4], "grow_as": [1, 2, 3, 4], "grow_out": [1, 2, 3, 4], "empty_out": [1, 1, 1, 1]}
+    for fn, kept in head.items():
+        assert script_execute(con, "s", fn, keys=["k"], args=[n], outputs=[fn]) == b"OK"
+        want = np.zeros(n, dtype=np.float32)
+        want[:4] = kept
+        np.testing.assert_array_equal(get_tensor(con, fn), want, err_msg=fn)
+    assert script_execute(con, "s", "fill_empty", keys=["k"], args=[n], outputs=["f"]) == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "f"), np.full(n, 2.5, dtype=np.float32))

@@ -9,7 +9,8 @@ model also exists in a harmless twin with the same bytes inline, which stores an
 the external data, not a broken model).
 
 Also refused: ONNX Runtime's EPContext (reads the file its ep_cache_context names), ATen, custom-op domains, the
-`ort_config` metadata entry, ORT-format blobs; TFLITE models with select-TF (Flex) or other custom ops.
+`ort_config` metadata entry, ORT-format blobs, a model-local function that calls itself; TFLITE models with
+select-TF (Flex) or other custom ops.
 
 A refused model that arrives through RESTORE, an RDB, a replica's sync or an AOF (with or without an RDB
 preamble) is kept with its bytes (no data is lost) but never runs: AI.MODELEXECUTE replies the refusal,
@@ -367,6 +368,39 @@ def test_aof_modelstore_of_refused_model_is_kept(server, server_secret):
 def test_external_data_wire_text_is_redisais(con, secret):
     port = con.connection_pool.connection_kwargs["port"]
     check_error_raw(port, EXTERNAL, "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", m_initializer())
+
+
+# -------------------------------------------------------------------------------------------------
+# ONNX: a model-local function that calls itself (ONNX Runtime expands a call by recursing into the body)
+
+
+def m_recursive_function():
+    """Rec(X) = Rec(X) + X: a model-local function whose body calls itself; the graph calls it."""
+    fn = helper.make_function(
+        "local.fn", "Rec", ["X"], ["Y"],
+        [helper.make_node("Rec", ["X"], ["R"], domain="local.fn"), helper.make_node("Add", ["R", "X"], ["Y"])],
+        [helper.make_opsetid("", 17), helper.make_opsetid("local.fn", 1)])
+    return onnx_model([helper.make_node("Rec", ["x"], ["y"], domain="local.fn")], functions=[fn],
+                      domains=["local.fn"])
+
+
+RECURSIVE = ("ONNX model refused: function 'Rec' of domain 'local.fn' calls itself (Rec -> Rec): recursive "
+             "functions are not allowed")
+
+
+def test_recursive_local_function_refused(con):
+    set_tensor(con, "keep", np.arange(N, dtype=np.uint8), "UINT8")
+    evil = m_recursive_function()
+    check_error(con, RECURSIVE, "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", evil)
+    check_error(con, RECURSIVE, "AI.MODELSET", "m", "ONNX", "CPU", "BLOB", evil)
+    assert con.exists("m") == 0
+    assert con.ping()
+    assert get_tensor(con, "keep").tolist() == list(range(N))
+    # through RESTORE: kept with its bytes, never run
+    restore_evil(con, "rec", m_recursive_function)
+    assert_kept_not_run(con, "rec", evil, error=RECURSIVE)
+    assert con.ping()
+    assert get_tensor(con, "keep").tolist() == list(range(N))
 
 
 # -------------------------------------------------------------------------------------------------

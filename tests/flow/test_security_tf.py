@@ -5,9 +5,11 @@ node, that nothing is stored, read or written, and that Redis keeps serving. The
 (tests/flow/helpers/tf_graphs.py); the file read, file write, hidden-function and nested-function graphs return the
 file's bytes or write the file when run by TensorFlow directly.
 
-Also: the RESTORE route (the model is kept, running it replies the refusal), AI.MODELSET, library functions that
-only compute (admitted and run), every committed tests/data/*.pb, and the TF memory bound (BACKEND_MEMORY_LIMIT:
-TensorFlow's CPU allocator is capped, so Fill(dims from an input) gets an error instead of the machine's memory).
+Also: functions that call themselves (the report's 204-byte graph, which made TensorFlow recurse until Redis's
+stack overflowed) and call chains past the bound are refused, Redis stays up and keeps its data; the RESTORE route
+(the model is kept, running it replies the refusal), AI.MODELSET, library functions that only compute (admitted
+and run), every committed tests/data/*.pb, and the TF memory bound (BACKEND_MEMORY_LIMIT: TensorFlow's CPU
+allocator is capped, so Fill(dims from an input) gets an error instead of the machine's memory).
 """
 import os
 import re
@@ -299,6 +301,74 @@ def test_functions_that_only_compute_are_admitted(con):
     set_tensor(con, "x", x)
     assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 1, "x", "OUTPUTS", 1, "y") == b"OK"
     np.testing.assert_array_equal(get_tensor(con, "y"), 4 * x)
+
+
+# =================================================================================================
+# call cycles and depth
+
+
+def call_node(name, inp, callee, op="PartitionedCall"):
+    return node_def(name, op, [inp], [("Tin", a_types([DT_FLOAT])), ("Tout", a_types([DT_FLOAT])),
+                                      ("f", a_func(callee))])
+
+
+def self_calling_graph():
+    """The report's graph (~200 bytes): f(x) = PartitionedCall(x, f=f), called by the graph. TensorFlow recursed
+    into f until the stack of Redis's thread overflowed."""
+    f = function_def("f", [("x", DT_FLOAT)], [("y", DT_FLOAT)], [call_node("p", "x", "f")], [("y", "p:output:0")])
+    return graph_def([placeholder("x", DT_FLOAT), call_node("y", "x", "f")], [f])
+
+
+RECURSIVE_F = "TF model refused: function 'f' calls itself (f -> f): recursive functions are not allowed"
+
+
+def test_self_calling_function_refused(con):
+    set_tensor(con, "keep", np.array([1.5, -2.0], dtype=np.float32))
+    g = self_calling_graph()
+    assert len(g) < 256
+    assert_refused(con, g, ["x"], ["y"], RECURSIVE_F)
+    np.testing.assert_array_equal(get_tensor(con, "keep"), [1.5, -2.0])
+    # f -> g -> f, the second call through a While body
+    f = function_def("f", [("x", DT_FLOAT)], [("y", DT_FLOAT)], [call_node("p", "x", "g", "StatefulPartitionedCall")],
+                     [("y", "p:output:0")])
+    g2 = function_def("g", [("x", DT_FLOAT)], [("y", DT_FLOAT)], [node_def("w", "While", ["x"], [
+        ("T", a_types([DT_FLOAT])), ("cond", a_func("f")), ("body", a_func("f"))])], [("y", "w:output:0")])
+    graph = graph_def([placeholder("x", DT_FLOAT), call_node("y", "x", "f")], [f, g2])
+    assert_refused(con, graph, ["x"], ["y"], "TF model refused: function 'f' calls itself (f -> g -> f): recursive "
+                                             "functions are not allowed")
+    np.testing.assert_array_equal(get_tensor(con, "keep"), [1.5, -2.0])
+
+
+def test_self_calling_function_restored_never_runs(con):
+    """RESTORE keeps the model, and TensorFlow never sees it: running it replies the refusal, Redis stays up."""
+    set_tensor(con, "keep", np.array([3.0], dtype=np.float32))
+    g = self_calling_graph()
+    assert con.restore("m", 0, model_payload(4, TF_CODE, "CPU", g, inputs=["x"], outputs=["y"])) == b"OK"
+    assert con.execute_command("AI.MODELGET", "m", "BLOB") == g
+    check_error(con, RECURSIVE_F, "AI.MODELEXECUTE", "m", "INPUTS", 1, "keep", "OUTPUTS", 1, "out")
+    assert con.exists("out") == 0
+    assert con.ping()
+    np.testing.assert_array_equal(get_tensor(con, "keep"), [3.0])
+
+
+def call_chain(levels):
+    """The graph calls f0, f0 calls f1, ..., f(levels-1) returns a + a: `levels` functions deep."""
+    functions = [function_def(f"f{i}", [("a", DT_FLOAT)], [("b", DT_FLOAT)], [call_node("c", "a", f"f{i + 1}")],
+                              [("b", "c:output:0")]) for i in range(levels - 1)]
+    functions.append(function_def(f"f{levels - 1}", [("a", DT_FLOAT)], [("b", DT_FLOAT)],
+                                  [node_def("s", "AddV2", ["a", "a"], [("T", a_type(DT_FLOAT))])], [("b", "s:z:0")]))
+    return graph_def([placeholder("x", DT_FLOAT), call_node("y", "x", "f0")], functions)
+
+
+def test_call_depth_bound(con):
+    """32 nested functions (the bound) store and run in TensorFlow; 33 are refused."""
+    assert con.execute_command("AI.MODELSTORE", "m", "TF", "CPU", *io(["x"], ["y"]), "BLOB", call_chain(32)) == b"OK"
+    x = np.array([1.0, -2.5], dtype=np.float32)
+    set_tensor(con, "x", x)
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 1, "x", "OUTPUTS", 1, "y") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "y"), 2 * x)
+    assert_refused(con, call_chain(33), ["x"], ["y"], "TF model refused: function 'f0' nests function calls more "
+                                                      "than 32 levels deep", key="m2")
 
 
 # =================================================================================================

@@ -8,10 +8,11 @@ code, stall a device queue forever or exhaust the server's memory.
   torch::jit::load, which itself runs the archive's `__setstate__` code: a file write or an endless loop there
   is refused without having run. The archive's pickles (classes, nesting, cycles) and tensors (inside their
   storage, storage inside the data read) are checked too.
-- Memory: the backend's CPU tensors are held to BACKEND_MEMORY_LIMIT by a counting allocator; string and list ops
-  check the size of their result, views (expand, as_strided, ...) the size of the data they describe; loops watch
-  the resident size. Past the bound a run fails with `TORCH memory limit exceeded, memory allocation failed.` and
-  the server goes on.
+- Memory: the backend's CPU tensors are held to BACKEND_MEMORY_LIMIT by a counting allocator, which zeroes what
+  it hands out (torch.empty and the like returned another client's data); string and list ops check the size of
+  their result, views (expand, as_strided, ...) the size of the data they describe; loops measure what the run
+  keeps outside tensors (not the process's resident size, which other clients move). Past the bound a run fails
+  with `TORCH memory limit exceeded, memory allocation failed.` and the server goes on.
 - Stack: libtorch parses, compiles, destroys and prints recursively. Source nested deeper than 256 levels is
   refused, and values nested (through `Any`) deeper than 256 levels or into themselves stop the run; both
   killed the server before.
@@ -515,3 +516,174 @@ def test_convolutions_run(con):
     con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE", src)
     run_script(con, "f")
     assert abs(float(get_tensor(con, "y")) - 28.0) < 1e-3
+
+
+# -------------------------------------------------------------------------------------------------
+# memory a run has not written (issue 21)
+
+
+PATTERN = 1234.5
+OWNER = ("owner", "pw", "~priv:*")  # the user whose data must not leak
+APP = ("app", "pw", "~app:*")
+# Ops that return memory they have not written: what libtorch's allocator held before must not come back.
+UNWRITTEN = {
+    "empty": ["return torch.empty([int(args[0])])"],
+    "empty-constant": ["return torch.empty([16384])"],  # folded into a constant at AI.SCRIPTSTORE
+    "empty_like": ["return torch.empty_like(torch.zeros(int(args[0])))"],
+    "new_empty": ["return torch.zeros(1).new_empty([int(args[0])])"],
+    "new_empty_strided": ["return torch.zeros(1).new_empty_strided([int(args[0])], [1])"],
+    "empty_strided": ["return torch.empty_strided([int(args[0])], [1])"],
+    "empty_permuted": ["return torch.empty_permuted([int(args[0])], [0])"],
+    "resize_": ["x = torch.zeros(1)", "x.resize_([int(args[0])])", "return x"],
+    "resize_as_": ["x = torch.zeros(1)", "x.resize_as_(torch.ones(int(args[0])))", "return x"],
+    "empty-out": ["x = torch.zeros(1)", "torch.empty([int(args[0])], out=x)", "return x"],
+    "resize-out": ["x = torch.zeros(1)", "torch.resize(x, [int(args[0])], out=x)", "return x"],
+    "mkldnn": ["return torch.empty([int(args[0])], layout=3).to_dense()"],  # oneDNN's buffers
+    # quint8 (13): its bytes, read back as floats
+    "quantized": ["return torch._empty_affine_quantized([4 * int(args[0])], dtype=13).int_repr()"],
+}
+
+
+@pytest.fixture
+def two_users(con):
+    for name, pw, keys in (OWNER, APP):
+        con.execute_command("ACL", "SETUSER", name, "reset", "on", f">{pw}", keys, "+@all", "-@admin", "-@dangerous")
+    yield
+    con.execute_command("ACL", "DELUSER", OWNER[0], APP[0])
+
+
+def test_unwritten_memory_holds_no_other_clients_data(shared_server, con, two_users):
+    """One client's script returned `torch.empty([16384])` right after another's had worked on a private tensor:
+    most floats that came back were the other's. The counting allocator zeroes what it hands to libtorch."""
+    owner = shared_server.client(username=OWNER[0], password=OWNER[1])
+    app = shared_server.client(username=APP[0], password=APP[1])
+    owner.execute_command("AI.SCRIPTSTORE", "priv:s", "CPU", "ENTRY_POINTS", 1, "fill", "SOURCE",
+                          entry("fill", f"x = torch.full([int(args[0])], {PATTERN})", "return x * 1.0"))
+    fns = {name.replace("-", "_"): lines for name, lines in UNWRITTEN.items()}
+    app.execute_command("AI.SCRIPTSTORE", "app:s", "CPU", "ENTRY_POINTS", len(fns), *fns, "SOURCE",
+                        "\n".join(entry(fn, *lines) for fn, lines in fns.items()))
+    leaked, nonzero = {}, {}  # fn: floats of the owner's pattern / nonzero elements that came back
+    for n in (16384, 100000):
+        for fn in fns:
+            for _ in range(3):
+                owner.execute_command(*scriptexecute_args("priv:s", "fill", keys=["priv:k"], args=[n],
+                                                          outputs=["priv:secret"]))
+                app.execute_command(*scriptexecute_args("app:s", fn, keys=["app:k"], args=[n], outputs=["app:y"]))
+                y = get_tensor(con, "app:y")
+                assert y.size >= n or fn == "empty_constant", (fn, y.shape)
+                hits = int((np.frombuffer(y.tobytes(), dtype=np.float32) == PATTERN).sum())
+                if hits:
+                    leaked[fn] = leaked.get(fn, 0) + hits
+                if y.any():
+                    nonzero[fn] = nonzero.get(fn, 0) + int(np.count_nonzero(y))
+    assert leaked == {} and nonzero == {}, f"owner's floats: {leaked}, nonzero: {nonzero}"
+    assert con.ping()
+    secret = get_tensor(con, "priv:secret")
+    assert secret.shape == (100000,) and (secret == PATTERN).all()
+
+
+# -------------------------------------------------------------------------------------------------
+# per-run accounting of memory outside tensors (issue 21)
+
+
+ACCOUNTING = ("BACKEND_MEMORY_LIMIT", "100", "MODEL_EXECUTION_TIMEOUT", "10000", "THREADS_PER_QUEUE", "2")
+
+
+def until(flag, *before):
+    """Script lines: `before`, then spin until the key `flag` exists (each iteration asks Redis)."""
+    return [*before, "i = 0", f"while str(redis.execute('EXISTS', ['{flag}'])) == '0':", "    i += 1"]
+
+
+def wait_key(con, key, timeout=10.0):
+    t0 = time.monotonic()
+    while not con.exists(key):
+        assert time.monotonic() - t0 < timeout, f"{key} never set"
+        time.sleep(0.01)
+
+
+@pytest.mark.module_args(*ACCOUNTING)
+def test_other_clients_memory_does_not_fail_a_run(server):
+    """The bound on memory outside tensors was the growth of the process's resident size since the loop began:
+    another run's tensors (under the bound) and another client's SET made a run that allocates nothing fail."""
+    con = server.client()
+    src = (entry("small", *until("stop", "redis.execute('SET', ['small:on', '1'])"), "return torch.tensor(i > 0)")
+           + entry("heavy", *until("stop", "x = torch.ones(int(args[0]))", "redis.execute('SET', ['heavy:on', '1'])"),
+                   "return x.sum().reshape(1)"))
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 2, "small", "heavy", "SOURCE", src)
+    small = Request(server, "small", *scriptexecute_args("s", "small", keys=["k"], outputs=["a"]), start=True)
+    wait_key(con, "small:on")
+    time.sleep(0.05)  # its loop has begun
+    heavy = Request(server, "heavy", *scriptexecute_args("s", "heavy", keys=["k"], args=[20000000], outputs=["b"]),
+                    start=True)
+    wait_key(con, "heavy:on")  # 80 MB of tensors, under the 100 MB bound
+    con.set("big", b"x" * (64 << 20))  # another client's data
+    time.sleep(0.1)
+    con.set("stop", 1)
+    assert (small.result(20), heavy.result(20)) == ("OK", "OK")  # the small one failed with MEMORY_TEXT
+    assert get_tensor(con, "b").tolist() == [20000000]
+    assert con.strlen("big") == 64 << 20
+
+
+@pytest.mark.module_args(*ACCOUNTING)
+def test_a_runs_growth_cannot_hide_behind_anothers_free(server):
+    """A run's strings and lists are held to the bound however the process's resident size moves: with the
+    resident-size check, 90 MB that another run freed let this one grow to about 190 MB."""
+    con = server.client()
+    src = (entry("heavy", *until("release", "x = torch.ones(int(args[0]))", "redis.execute('SET', ['heavy:on', '1'])"),
+                 "return x.sum().reshape(1)")
+           + entry("grow", *until("go", "redis.execute('SET', ['grow:on', '1'])"), "l: List[str] = []",
+                   "for j in range(400):", "    l.append(('x' + str(j)).ljust(1000000))",
+                   "    redis.execute('SET', ['progress', str(j)])", "return torch.tensor(len(l))"))
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 2, "heavy", "grow", "SOURCE", src)
+    heavy = Request(server, "heavy", *scriptexecute_args("s", "heavy", keys=["k"], args=[22500000], outputs=["a"]),
+                    start=True)
+    wait_key(con, "heavy:on")
+    grow = Request(server, "grow", *scriptexecute_args("s", "grow", keys=["k"], outputs=["b"]), start=True)
+    wait_key(con, "grow:on")
+    time.sleep(0.05)
+    con.set("release", 1)
+    assert heavy.result(20) == "OK"  # its 90 MB are freed
+    con.set("go", 1)
+    assert grow.result(20) == MEMORY_TEXT
+    made = int(con.get("progress")) + 1  # strings of 1 MB held when it was stopped
+    assert 90 <= made <= 115, made  # 190 with the resident-size check
+    assert con.ping()
+
+
+MB = "b = 'x'.ljust(1000000)"  # each `b + str(j)` is a new string of 1 MB
+GROWTH = {  # loops that keep 1 MB strings until they pass the 100 MB bound, each a different way
+    "outer-list": [MB, "l: List[str] = []", "for j in range(400):", "    l.append(b + str(j))",
+                   "return torch.tensor(len(l))"],
+    "carried-list": [MB, "l: List[str] = []", "for j in range(400):", "    l = l + [b + str(j)]",
+                     "return torch.tensor(len(l))"],
+    "dict": [MB, "d: Dict[int, str] = {}", "for j in range(400):", "    d[j] = b + str(j)",
+             "return torch.tensor(len(d))"],
+    "nested": [MB, "e: List[str] = []", "l: List[List[str]] = [e]", "j = 0", "while j < 400:",
+               "    l[0].append(b + str(j))", "    j += 1", "return torch.tensor(len(l[0]))"],
+}
+KEPT_BELOW = {  # loops that make far more than the bound but keep little: not stopped
+    "temporaries": [MB, "n = 0", "for j in range(2000):", "    n += len(b + str(j))", "return torch.tensor(n)"],
+    "one-string-shared": ["s = 'x'.ljust(10000000)", "l: List[str] = []", "for j in range(200000):",
+                          "    l.append(s)", "return torch.tensor(len(l))"],
+    "replaced": [MB, "l: List[str] = []", "for j in range(2000):", "    l = [b + str(j)]",
+                 "return torch.tensor(len(l))"],
+}
+
+
+@pytest.mark.module_args(*ACCOUNTING)
+def test_what_a_run_keeps_is_bounded_not_what_it_makes(server):
+    """Every way a loop can keep strings (a list it appends to, a list it carries, a dict, a list inside a list) is
+    stopped at the bound; making more than the bound in temporaries, or sharing one string many times, is not."""
+    con = server.client()
+    src = "".join(entry(name.replace("-", "_"), *body) for name, body in {**GROWTH, **KEPT_BELOW}.items())
+    fns = [name.replace("-", "_") for name in (*GROWTH, *KEPT_BELOW)]
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", len(fns), *fns, "SOURCE", src)
+    rss = rss_bytes(server)
+    for name in GROWTH:
+        msg = refusal(con.execute_command, *scriptexecute_args("s", name.replace("-", "_"), keys=["k"], outputs=["y"]))
+        assert msg == MEMORY_TEXT, (name, msg)
+        assert rss_bytes(server) - rss < 256 << 20, name
+    for name in KEPT_BELOW:
+        con.execute_command(*scriptexecute_args("s", name.replace("-", "_"), keys=["k"], outputs=["y"]))
+    assert get_tensor(con, "y").tolist() == 1  # "replaced"
+    assert con.ping()

@@ -16,9 +16,10 @@
 // 3. Stack. libtorch parses, compiles, destroys and prints recursively: source nested deeper than
 //    kMaxSourceDepth is refused before it is parsed, and values stored through `Any` (the only way to nest a
 //    value in itself level after level) are checked at run time against kMaxValueDepth and cycles.
-// 4. Memory. A counting CPU allocator (every tensor libtorch allocates on the CPU) refuses past the bound;
-//    string and list ops that allocate outside tensors are replaced by versions that check their result size;
-//    loops sample the process's resident size.
+// 4. Memory. A counting CPU allocator (every tensor libtorch allocates on the CPU) refuses past the bound and
+//    zeroes what it hands out (ops like torch.empty return memory they have not written, which held another
+//    client's data); string and list ops that allocate outside tensors are replaced by versions that check their
+//    result size; loops measure what the run holds outside tensors (the values each loop can reach).
 // 5. Time. Every loop body starts with redisai::check_deadline(), which throws once the run's deadline
 //    (MODEL_EXECUTION_TIMEOUT) has passed; the allocator checks it too, so long straight-line code stops as well.
 //    What no loop or allocation interrupts (one long kernel) runs to its end.
@@ -40,9 +41,6 @@
 #include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/import_source.h>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -406,8 +404,58 @@ void guard_stores(Node* n) {
   }
 }
 
-// redisai::check_deadline() at the start of every loop body, in every block and subgraph, and
-// redisai::check_store() before every store of an erased value.
+// Types whose values hold memory outside tensors: strings, containers, objects (what a loop can grow).
+bool holds_memory(const c10::TypePtr& t, int depth = 0) {
+  if (!t || depth > 64) return false;
+  switch (t->kind()) {
+    case c10::TypeKind::StringType:
+    case c10::TypeKind::ListType:
+    case c10::TypeKind::DictType:
+    case c10::TypeKind::ClassType:
+    case c10::TypeKind::AnyType:
+    case c10::TypeKind::AnyListType:
+    case c10::TypeKind::AnyTupleType:
+    case c10::TypeKind::AnyClassType:
+    case c10::TypeKind::InterfaceType:
+      return true;
+    default:
+      break;
+  }
+  for (const auto& c : t->containedTypes()) {
+    if (holds_memory(c, depth + 1)) return true;
+  }
+  return false;
+}
+
+bool within(const Block* b, const Block* outer) {
+  for (; b; b = b->owningNode() ? b->owningNode()->owningBlock() : nullptr) {
+    if (b == outer) return true;
+  }
+  return false;
+}
+
+// The values defined outside `body` that `b` (inside it) uses and that hold memory outside tensors.
+void used_from_outside(const Block* body, Block* b, std::vector<Value*>& out, std::unordered_set<Value*>& seen) {
+  auto use = [&](Value* v) {
+    if (!within(v->node()->owningBlock(), body) && holds_memory(v->type()) && seen.insert(v).second) {
+      out.push_back(v);
+    }
+  };
+  for (Node* n : b->nodes()) {
+    for (Value* v : n->inputs()) use(v);
+    for (Block* sb : n->blocks()) used_from_outside(body, sb, out, seen);
+  }
+  for (Value* v : b->outputs()) use(v);
+}
+
+const c10::Symbol kLoopEnter = c10::Symbol::fromQualString("redisai::loop_enter");
+const c10::Symbol kLoopExit = c10::Symbol::fromQualString("redisai::loop_exit");
+
+// redisai::check_deadline(<carried state>) at the start of every loop body, in every block and subgraph, and
+// redisai::check_store() before every store of an erased value. A loop's state is every value it can reach
+// that holds memory outside tensors: what it carries from one iteration to the next (passed to each check) and
+// what it uses from outside, such as a list it appends to (registered by redisai::loop_enter before the loop,
+// dropped by redisai::loop_exit after it). Whatever a run keeps across iterations is reachable from these.
 void instrument(Block* b) {
   for (Node* n : b->nodes()) {
     if (n->kind() != kCheckStore) guard_stores(n);
@@ -422,7 +470,24 @@ void instrument(Block* b) {
     if (n->kind() == c10::prim::Loop && !n->blocks().empty()) {
       Block* body = n->blocks()[0];
       Node* first = body->nodes().front();
-      if (first->kind() != kCheckDeadline) body->prependNode(body->owningGraph()->create(kCheckDeadline, 0));
+      if (first->kind() != kCheckDeadline) {
+        Graph* g = body->owningGraph();
+        std::vector<Value*> carried, outer;
+        std::unordered_set<Value*> seen;
+        for (size_t i = 1; i < body->inputs().size(); ++i) {  // input 0 is the iteration count
+          if (holds_memory(body->inputs()[i]->type()) && seen.insert(body->inputs()[i]).second) {
+            carried.push_back(body->inputs()[i]);
+          }
+        }
+        used_from_outside(body, body, outer, seen);
+        body->prependNode(g->create(kCheckDeadline, carried, 0));
+        // What the loop uses from outside is the same object in every iteration: registered once around it,
+        // not passed to every check (each input costs the iteration a reference count up and down).
+        if (!outer.empty()) {
+          g->create(kLoopEnter, outer, 0)->insertBefore(n);
+          g->create(kLoopExit, 0)->insertAfter(n);
+        }
+      }
     }
   }
 }
@@ -454,14 +519,23 @@ int64_t now_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// The precise monotonic clock, to time the walks of check_deadline.
+int64_t precise_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 // The run on this thread (RunScope).
 struct RunLimits {
   int64_t deadline_ns = 0;  // 0: none
   uint64_t timeout_ms = 0;
-  int64_t rss_base = -1;  // resident bytes at the run's first loop iteration (-1: not taken yet)
-  int64_t last_check_ns = 0;
+  int64_t next_state_ns = 0;  // when a loop may next measure the run's state (check_deadline)
+  size_t loops = 0;            // tl_loops.size(), read here by every iteration (tl_loops' TLS costs more)
 };
 thread_local RunLimits tl_run;
+// What the loops running on this thread use from outside themselves (redisai::loop_enter), innermost last.
+thread_local std::vector<std::vector<c10::IValue>> tl_loops;
 
 [[noreturn]] void timed_out() {
   TORCH_CHECK(false, kTimeoutError, " (", tl_run.timeout_ms, " ms)");
@@ -511,6 +585,12 @@ struct CountingAllocator final : c10::Allocator {
     const uint64_t size = n;
     std::memcpy(base, &size, sizeof size);
     void* p = static_cast<char*>(base) + kHeader;
+    // Zeroed before libtorch can read it: torch.empty, new_empty, resize_, out= and the like return memory they
+    // have not written, and whatever it held (another client's tensors, strings, replies) would go to this
+    // client. Zeroing here rather than scrubbing on free also covers memory that malloc got from elsewhere in
+    // the process (the module's, other backends', Redis's when it shares the malloc), and it happens on the
+    // thread of the run that asked. Cost: one write pass over each new block (docs/security.md).
+    std::memset(p, 0, n);
     return {p, p, &counted_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
@@ -521,39 +601,148 @@ struct CountingAllocator final : c10::Allocator {
 
 CountingAllocator g_allocator;
 
-// Resident bytes of the process (/proc/self/statm), -1 if unknown.
-int64_t resident_bytes() {
-  int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char buf[128];
-  ssize_t r = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (r <= 0) return -1;
-  buf[r] = 0;
-  unsigned long long size = 0, resident = 0;
-  if (std::sscanf(buf, "%llu %llu", &size, &resident) != 2) return -1;
-  return static_cast<int64_t>(resident) * ::sysconf(_SC_PAGESIZE);
+// ---- what a run holds outside tensors ------------------------------------------------------------------------
+// Strings, lists, dicts and objects live outside the tensor allocator. Each op that makes one checks its result
+// (bound_op); what a run keeps across loop iterations must be reachable from the loop's state, which
+// instrument() passes to check_deadline: its walk measures what this run holds, whatever other runs, other
+// backends or Redis allocate or free meanwhile (the process's resident size, used before, charged all of that
+// to the run: another client's SET failed it, and another run's free hid its growth).
+
+constexpr uint64_t kValueBytes = 16;      // an IValue (a list slot)
+constexpr uint64_t kObjectBytes = 64;     // the heap object behind a string, list, dict, tuple or object
+constexpr uint64_t kTensorBytes = 256;    // a TensorImpl and its StorageImpl (the data is the allocator's)
+constexpr uint64_t kDictEntryBytes = 64;  // a dict entry: key, value, hash slot, order
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+// Elements of these types are stored in the list slot itself.
+bool inline_type(const c10::TypePtr& t) {
+  switch (t ? t->kind() : c10::TypeKind::AnyType) {
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::NoneType:
+      return true;
+    default:
+      return false;
+  }
 }
 
-// redisai::check_deadline(): the deadline, and every millisecond the growth of the resident size since the
-// loop's run began (strings and lists live outside the tensor allocator).
-void check_deadline(Stack&) {
-  auto& r = tl_run;
-  if (!r.deadline_ns) return;
-  const int64_t now = now_ns();
-  if (now > r.deadline_ns) timed_out();
-  const uint64_t limit = g_limit.load(std::memory_order_relaxed);
-  if (limit && now - r.last_check_ns >= 1000000) {  // each tick of the coarse clock
-    r.last_check_ns = now;
-    const int64_t rss = resident_bytes();
-    if (rss >= 0) {
-      if (r.rss_base < 0) {
-        r.rss_base = rss;
-      } else if (static_cast<uint64_t>(std::max<int64_t>(rss - r.rss_base, 0)) > limit) {
-        over_memory(static_cast<uint64_t>(rss - r.rss_base));
+// Bytes held by the values `v` and what they reach, outside tensor data; stops once past `stop`. A string or
+// tensor shell referenced from n places counts 1/n at each (the values given count in full); a container
+// referenced from several places counts once. Iterative: values may nest deep.
+uint64_t state_bytes(const std::vector<const c10::IValue*>& v, uint64_t stop) {
+  uint64_t total = 0;
+  std::vector<const c10::IValue*> todo;
+  std::unordered_set<const void*> seen;
+  auto leaf = [&](const c10::IValue& x, bool top) {  // true if counted here (not a container)
+    if (!x.isPtrType()) return true;
+    const uint64_t share = top ? 1 : std::max<size_t>(x.use_count(), 1);
+    if (x.isString()) {
+      total = add_sat(total, (kObjectBytes + x.toStringRef().capacity()) / share);
+    } else if (x.isTensor()) {
+      total = add_sat(total, kTensorBytes / share);
+    } else if (!(x.isList() || x.isTuple() || x.isGenericDict() || x.isObject())) {
+      total = add_sat(total, kObjectBytes / share);
+    } else {
+      return false;
+    }
+    return true;
+  };
+  auto container = [&](const c10::IValue& x, bool top) {
+    if ((top || x.use_count() > 1) && !seen.insert(x.internalToPointer()).second) return;
+    todo.push_back(&x);
+  };
+  for (const c10::IValue* x : v) {
+    if (!leaf(*x, true)) container(*x, true);
+  }
+  auto child = [&](const c10::IValue& x) {
+    if (!leaf(x, false)) container(x, false);
+  };
+  while (!todo.empty() && total <= stop) {
+    const c10::IValue& x = *todo.back();
+    todo.pop_back();
+    if (x.isList()) {
+      const auto* impl = static_cast<const c10::detail::ListImpl*>(x.internalToPointer());
+      total = add_sat(total, kObjectBytes + impl->list.capacity() * kValueBytes);
+      if (!inline_type(impl->elementType)) {
+        for (const auto& e : impl->list) child(e);
       }
+    } else if (x.isTuple()) {
+      const auto& elements = x.toTupleRef().elements();
+      total = add_sat(total, kObjectBytes + elements.size() * kValueBytes);
+      for (const auto& e : elements) child(e);
+    } else if (x.isGenericDict()) {
+      const auto d = x.toGenericDict();
+      total = add_sat(total, kObjectBytes + d.size() * kDictEntryBytes);
+      for (const auto& e : d) {
+        child(e.key());
+        child(e.value());
+      }
+    } else if (x.isObject()) {
+      const auto& slots = x.toObjectRef().slots();
+      total = add_sat(total, kObjectBytes + slots.size() * kValueBytes);
+      for (const auto& e : slots) child(e);
     }
   }
+  return total;
+}
+
+// redisai::check_deadline(<the loop's state>...): the deadline, and each tick of the coarse clock what the
+// loop's state holds outside tensors, against the bound. A walk costs time in proportion to the state, so the
+// next one waits 8 times as long as this one took (at most ~1/9 of the run goes to walks); the state can grow
+// in that time by what the loop makes, which is far slower per element than the walk reads it.
+void check_deadline(Stack& s, size_t k) {
+  auto& r = tl_run;
+  const bool state = k || r.loops;
+  if (!r.deadline_ns && !state) {
+    torch::jit::drop(s, k);
+    return;
+  }
+  const int64_t now = now_ns();
+  if (r.deadline_ns && now > r.deadline_ns) {
+    torch::jit::drop(s, k);
+    timed_out();
+  }
+  const uint64_t limit = state && now >= r.next_state_ns ? g_limit.load(std::memory_order_relaxed) : 0;
+  if (limit && s.size() >= k) {
+    const int64_t t0 = precise_ns();
+    std::vector<const c10::IValue*> values;
+    for (const auto& loop : tl_loops) {
+      for (const auto& v : loop) values.push_back(&v);
+    }
+    for (size_t i = s.size() - k; i < s.size(); ++i) values.push_back(&s[i]);
+    const uint64_t held = state_bytes(values, limit);
+    r.next_state_ns = now + std::max<int64_t>(1000000, 8 * (precise_ns() - t0));
+    if (held > limit) {
+      torch::jit::drop(s, k);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, kMemoryError, " (", held,
+                       " bytes held outside tensors by the run, bound ", limit, ")");
+    }
+  }
+  torch::jit::drop(s, k);
+}
+
+torch::jit::Operation check_deadline_op(const Node* n) {
+  const size_t k = n->inputs().size();
+  return [k](Stack& s) { check_deadline(s, k); };
+}
+
+// redisai::loop_enter(<what the loop uses from outside>...) / redisai::loop_exit(). A loop that throws never
+// reaches its loop_exit: RunScope drops what the run's loops left.
+torch::jit::Operation loop_enter_op(const Node* n) {
+  const size_t k = n->inputs().size();
+  return [k](Stack& s) {
+    std::vector<c10::IValue> values(std::make_move_iterator(s.end() - k), std::make_move_iterator(s.end()));
+    torch::jit::drop(s, k);
+    tl_loops.push_back(std::move(values));
+    tl_run.loops = tl_loops.size();
+  };
+}
+
+void loop_exit(Stack&) {
+  if (!tl_loops.empty()) tl_loops.pop_back();
+  tl_run.loops = tl_loops.size();
 }
 
 constexpr size_t kMaxValueDepth = 256;
@@ -626,7 +815,10 @@ void check_store(Stack& s) {
 }
 
 torch::jit::RegisterOperators g_ops({
-    torch::jit::Operator("redisai::check_deadline() -> ()", check_deadline, c10::AliasAnalysisKind::CONSERVATIVE),
+    torch::jit::Operator("redisai::check_deadline(...) -> ()", check_deadline_op,
+                         c10::AliasAnalysisKind::CONSERVATIVE),
+    torch::jit::Operator("redisai::loop_enter(...) -> ()", loop_enter_op, c10::AliasAnalysisKind::CONSERVATIVE),
+    torch::jit::Operator("redisai::loop_exit() -> ()", loop_exit, c10::AliasAnalysisKind::CONSERVATIVE),
     torch::jit::Operator("redisai::check_store(Any value, Any? container) -> ()", check_store,
                          c10::AliasAnalysisKind::CONSERVATIVE),
 });
@@ -637,7 +829,6 @@ uint64_t mul_sat(uint64_t a, uint64_t b) {
   uint64_t r;
   return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
-uint64_t add_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
 uint64_t nonneg(int64_t v) { return v < 0 ? 0 : static_cast<uint64_t>(v); }
 
 constexpr uint64_t kListItem = 16;    // an IValue in a list
@@ -648,33 +839,38 @@ const c10::IValue& arg(const Stack& s, size_t n, size_t i) { return s[s.size() -
 
 using Estimate = std::function<uint64_t(const Stack&, size_t)>;
 
+// Registers `wrapped` in place of `op` (same schema and alias analysis). Compile-time constant folding calls the
+// same operator, so a wrapper also holds at AI.SCRIPTSTORE.
+void replace_op(const std::shared_ptr<torch::jit::Operator>& op, torch::jit::Operation wrapped) {
+  const c10::FunctionSchema schema = op->schema();
+  const auto kind = op->aliasAnalysisKind();
+  torch::jit::deregisterOperator(schema);
+  if (schema.is_vararg()) {
+    torch::jit::registerOperator(torch::jit::Operator(c10::toString(schema), std::move(wrapped), kind));
+  } else {
+    torch::jit::registerOperator(torch::jit::Operator(schema.name(), schema.overload_name(), schema.arguments(),
+                                                      schema.returns(), std::move(wrapped), kind));
+  }
+}
+
 // Replaces `qual`.`overload` by a version that first estimates the bytes its result takes and refuses past the
-// bound. Compile-time constant folding calls the same operator, so this also holds at AI.SCRIPTSTORE.
+// bound.
 void bound_op(const char* qual, const char* overload, Estimate estimate) {
   std::shared_ptr<torch::jit::Operator> op;
   for (const auto& o : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(qual))) {
     if (o->schema().overload_name() == overload) op = o;
   }
   if (!op) return;
-  const c10::FunctionSchema schema = op->schema();
-  const size_t nargs = schema.arguments().size();
+  const size_t nargs = op->schema().arguments().size();
   torch::jit::Operation inner = op->getOperation();
-  auto wrapped = [inner, estimate, nargs](Stack& s) mutable {
+  replace_op(op, [inner, estimate, nargs](Stack& s) mutable {
     const uint64_t limit = g_limit.load(std::memory_order_relaxed);
     if (limit && s.size() >= nargs) {
       const uint64_t bytes = estimate(s, nargs);
       if (bytes > limit) over_memory(bytes);
     }
     inner(s);
-  };
-  const auto kind = op->aliasAnalysisKind();
-  torch::jit::deregisterOperator(schema);
-  if (schema.is_vararg()) {
-    torch::jit::registerOperator(torch::jit::Operator(c10::toString(schema), torch::jit::Operation(wrapped), kind));
-  } else {
-    torch::jit::registerOperator(torch::jit::Operator(schema.name(), schema.overload_name(), schema.arguments(),
-                                                      schema.returns(), torch::jit::Operation(wrapped), kind));
-  }
+  });
 }
 
 uint64_t str_len(const c10::IValue& v) { return v.isString() ? v.toStringRef().size() : 0; }
@@ -806,6 +1002,100 @@ void bound_ops() {
     if (s.size() < 3 || !s[s.size() - 3].isTensor()) return 0;
     return mul_sat(nonneg(s[s.size() - 3].toTensor().numel()), 2 * kListItem);
   });
+}
+
+// ---- memory that is not the counting allocator's -------------------------------------------------------------
+// Tensors on a GPU (CUDA's caching allocator) and in pinned host memory (CUDA's host allocator) do not come from
+// the counting allocator, so nothing zeroes them when they are handed out again. The ops that return memory they
+// have not written zero it in their results instead: the empty family (a new tensor: all of it; an out=
+// tensor: what its resize added), the in-place resizes (what they added to the storage) and the functional
+// resizes (the elements past self's). Tensors of the counting allocator are already zero and are skipped.
+// With the CPU-only libtorch, neither a GPU nor pinned memory exists (both fail with an error).
+
+enum class Unwritten { kFresh, kGrown, kPastSelf };
+
+bool zeroed_by_allocator(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return true;  // no storage (oneDNN's opaque tensors use the allocator)
+  const auto& st = t.storage();
+  uint64_t n;
+  return st.nbytes() == 0 || !st.data() || counted_size(st.data_ptr(), &n);
+}
+
+// Zeroes the bytes of `st` from `from` on, on its device.
+void zero_storage(const c10::Storage& st, uint64_t from) {
+  const uint64_t n = st.nbytes();
+  if (from >= n) return;
+  at::Tensor bytes = at::empty({0}, at::TensorOptions().dtype(at::kByte).device(st.device()));
+  bytes.set_(st, static_cast<int64_t>(from), {static_cast<int64_t>(n - from)}, {1});
+  bytes.zero_();
+}
+
+void scrub_op(const std::shared_ptr<torch::jit::Operator>& op, Unwritten kind) {
+  const c10::FunctionSchema& schema = op->schema();
+  const size_t nargs = schema.arguments().size(), nret = schema.returns().size();
+  std::vector<size_t> written;  // arguments the op writes to (self of resize_, out=)
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias && alias->isWrite()) written.push_back(i);
+  }
+  torch::jit::Operation inner = op->getOperation();
+  replace_op(op, [inner, kind, nargs, nret, written](Stack& s) mutable {
+    if (s.size() < nargs) return inner(s);
+    // Before: the storages the op may grow, with their sizes, and self's elements.
+    std::vector<std::pair<const c10::StorageImpl*, uint64_t>> before;
+    for (size_t i : written) {
+      const auto& a = arg(s, nargs, i);
+      if (a.isTensor() && !zeroed_by_allocator(a.toTensor())) {
+        const auto& st = a.toTensor().storage();
+        before.emplace_back(st.unsafeGetStorageImpl(), st.nbytes());
+      }
+    }
+    const auto& self = arg(s, nargs, 0);
+    const int64_t self_numel = self.isTensor() && self.toTensor().defined() ? self.toTensor().numel() : 0;
+    inner(s);
+    if (s.size() < nret) return;
+    for (size_t i = s.size() - nret; i < s.size(); ++i) {
+      if (!s[i].isTensor() || zeroed_by_allocator(s[i].toTensor())) continue;
+      const at::Tensor& r = s[i].toTensor();
+      if (kind == Unwritten::kPastSelf) {
+        if (r.numel() <= self_numel) continue;
+        TORCH_CHECK(r.is_contiguous(), "TORCH: resizing to a non-contiguous layout is only supported on the CPU");
+        r.view({-1}).narrow(0, self_numel, r.numel() - self_numel).zero_();
+        continue;
+      }
+      uint64_t from = 0;  // a storage the op grew keeps what it held; a new one is zeroed from the start
+      for (const auto& [impl, nbytes] : before) {
+        if (impl == r.storage().unsafeGetStorageImpl()) from = nbytes;
+      }
+      zero_storage(r.storage(), from);
+    }
+  });
+}
+
+void scrub_ops() {
+  const std::pair<const char*, Unwritten> ops[] = {
+      {"aten::empty", Unwritten::kFresh},
+      {"aten::empty_like", Unwritten::kFresh},
+      {"aten::empty_strided", Unwritten::kFresh},
+      {"aten::empty_permuted", Unwritten::kFresh},
+      {"aten::new_empty", Unwritten::kFresh},
+      {"aten::new_empty_strided", Unwritten::kFresh},
+      {"aten::empty_quantized", Unwritten::kFresh},
+      {"aten::_empty_affine_quantized", Unwritten::kFresh},
+      {"aten::_empty_per_channel_affine_quantized", Unwritten::kFresh},
+      {"aten::resize_", Unwritten::kGrown},
+      {"aten::resize_as_", Unwritten::kGrown},
+      {"aten::_resize_output_", Unwritten::kGrown},
+      {"aten::resize", Unwritten::kPastSelf},
+      {"aten::resize_as", Unwritten::kPastSelf},
+      {"aten::_resize_output", Unwritten::kPastSelf},
+  };
+  for (const auto& [qual, kind] : ops) {
+    // A copy: replacing an operator changes the registry's list.
+    const std::vector<std::shared_ptr<torch::jit::Operator>> overloads =
+        torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(qual));
+    for (const auto& op : overloads) scrub_op(op, kind);
+  }
 }
 
 void silent_print(const std::string&) {}
@@ -1161,6 +1451,7 @@ void init(uint64_t memory_bound) {
     at::globalContext().setCheckSparseTensorInvariants(true);
     torch::jit::setPrintHandler(&silent_print);
     bound_ops();
+    scrub_ops();
   });
 }
 
@@ -1249,8 +1540,8 @@ void admit_script(const torch::jit::CompilationUnit& cu) { admit(cu, /*script=*/
 RunScope::RunScope(uint64_t timeout_ms)
     : saved_deadline_(tl_run.deadline_ns),
       saved_timeout_(tl_run.timeout_ms),
-      saved_rss_base_(tl_run.rss_base),
-      saved_last_check_(tl_run.last_check_ns),
+      saved_next_state_(tl_run.next_state_ns),
+      saved_loops_(tl_loops.size()),
       saved_handler_(c10::WarningUtils::get_warning_handler()) {
   if (timeout_ms) {
     const int64_t deadline = now_ns() + static_cast<int64_t>(std::min<uint64_t>(timeout_ms, 1ULL << 40) * 1000000);
@@ -1259,18 +1550,16 @@ RunScope::RunScope(uint64_t timeout_ms)
       tl_run.timeout_ms = timeout_ms;
     }
   }
-  if (saved_deadline_ == 0) {
-    tl_run.rss_base = -1;
-    tl_run.last_check_ns = 0;
-  }
+  if (saved_deadline_ == 0) tl_run.next_state_ns = 0;
   c10::WarningUtils::set_warning_handler(&g_silent);
 }
 
 RunScope::~RunScope() {
   tl_run.deadline_ns = saved_deadline_;
   tl_run.timeout_ms = saved_timeout_;
-  tl_run.rss_base = saved_rss_base_;
-  tl_run.last_check_ns = saved_last_check_;
+  tl_run.next_state_ns = saved_next_state_;
+  if (tl_loops.size() > saved_loops_) tl_loops.resize(saved_loops_);
+  tl_run.loops = tl_loops.size();
   c10::WarningUtils::set_warning_handler(static_cast<c10::WarningHandler*>(saved_handler_));
 }
 

@@ -38,8 +38,8 @@ class RunScope {
  private:
   int64_t saved_deadline_;
   uint64_t saved_timeout_;
-  int64_t saved_rss_base_;
-  int64_t saved_last_check_;
+  int64_t saved_next_state_;
+  size_t saved_loops_;
   void* saved_handler_;
 };
 

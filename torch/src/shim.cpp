@@ -1,6 +1,8 @@
 // A thin C layer over torch::jit for what tch does not expose: a module's forward() argument names and
 // return arity, TorchScript compilation (torch::jit::compile) and calling a compiled function.
-// Every function catches C++ exceptions and returns their message through `err` (malloc'd).
+// Every function catches every C++ exception (c10::Error, std::exception, anything else) and returns its message
+// through `err` (malloc'd), and is noexcept: nothing may unwind into the Rust caller, where it would be undefined
+// behaviour (a throw that escaped a catch would end in std::terminate instead).
 // Every model and script goes through the sandbox (sandbox.cpp) before it runs, and every run has a deadline.
 
 #include "sandbox.h"
@@ -13,6 +15,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,6 +35,7 @@ char* dup(const std::string& s) {
 // The message of a caught exception as the client gets it (see rai::reply_text).
 char* message(const c10::Error& e) { return dup(rai::reply_text(e.what_without_backtrace())); }
 char* message(const std::exception& e) { return dup(rai::reply_text(e.what())); }
+char* unknown_exception() { return dup("TORCH: the backend failed with an unknown C++ exception"); }
 
 c10::Device device(int gpu) { return gpu < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, gpu); }
 
@@ -135,6 +140,7 @@ c10::IValue parse_resp(const char*& p, const char* end, int depth = 0) {
     case '$': {
       long n = std::stol(head);
       if (n < 0) return c10::IValue();
+      if (n > end - p) throw std::runtime_error("Redis command returned an unreadable reply");
       std::string v(p, static_cast<size_t>(n));
       p += n + 2;
       return c10::IValue(v);
@@ -157,9 +163,10 @@ c10::IValue redis_execute(const std::string& cmd, const std::vector<std::string>
   for (const auto& a : args) v.push_back({a.data(), a.size()});
   uint8_t* out = nullptr;
   size_t len = 0;
-  g_host.redis_call({cmd.data(), cmd.size()}, v.data(), v.size(), &out, &len);
-  std::string resp(reinterpret_cast<char*>(out), len);
-  g_host.free_bytes(out, len);
+  const int rc = g_host.redis_call({cmd.data(), cmd.size()}, v.data(), v.size(), &out, &len);
+  std::string resp = out ? std::string(reinterpret_cast<char*>(out), len) : std::string();
+  if (out) g_host.free_bytes(out, len);
+  if (rc != 0 || resp.empty()) throw std::runtime_error("redis.execute failed");
   const char* p = resp.data();
   return parse_resp(p, resp.data() + resp.size());
 }
@@ -186,14 +193,21 @@ std::vector<at::Tensor> model_execute(const std::string& key, const std::vector<
     if (err) g_host.free_string(err);
     throw std::runtime_error(msg);
   }
+  // The host's tensors are freed however this ends (a STRING output, a size that does not match).
+  std::unique_ptr<TensorOut, std::function<void(TensorOut*)>> held(outs, [n](TensorOut* o) {
+    if (o) g_host.free_tensors(o, n);
+  });
   std::vector<at::Tensor> result;
   for (size_t i = 0; i < n; ++i) {
+    if (outs[i].dtype >= sizeof kTypes / sizeof kTypes[0]) {
+      throw std::runtime_error("redisAI.model_execute: the model returned a tensor type TorchScript cannot hold");
+    }
     std::vector<int64_t> shape(outs[i].shape, outs[i].shape + outs[i].ndim);
     auto t = torch::empty(shape, torch::TensorOptions().dtype(kTypes[outs[i].dtype]));
+    TORCH_CHECK(outs[i].len == t.nbytes(), "redisAI.model_execute: an output's data does not match its shape");
     if (outs[i].len) std::memcpy(t.data_ptr(), outs[i].data, outs[i].len);
     result.push_back(t);
   }
-  g_host.free_tensors(outs, n);
   return result;
 }
 
@@ -216,10 +230,10 @@ auto registry = torch::RegisterOperators("redis::execute", &redis_execute)
 
 extern "C" {
 
-void rai_shim_set_host(const HostApi* host) { g_host = *host; }
+void rai_shim_set_host(const HostApi* host) noexcept { g_host = *host; }
 
 // Installs the sandbox (allocator bound in bytes, 0: none); 0 on success.
-int rai_shim_configure(uint64_t memory_bound, char** err) {
+int rai_shim_configure(uint64_t memory_bound, char** err) noexcept {
   try {
     rai::init(memory_bound);
     return 0;
@@ -229,20 +243,24 @@ int rai_shim_configure(uint64_t memory_bound, char** err) {
   } catch (const std::exception& e) {
     *err = message(e);
     return 1;
+  } catch (...) {
+    *err = unknown_exception();
+    return 1;
   }
 }
 
-uint64_t rai_shim_live_bytes() { return rai::live_bytes(); }
+uint64_t rai_shim_live_bytes() noexcept { return rai::live_bytes(); }
 
 // The libtorch this library was built against (INFO's ai_Torch_version), from its own headers.
-const char* rai_shim_torch_version() { return TORCH_VERSION; }
+const char* rai_shim_torch_version() noexcept { return TORCH_VERSION; }
 
-void rai_shim_free_string(char* s) { std::free(s); }
-void rai_shim_free_array(at::Tensor** a) { delete[] a; }
+void rai_shim_free_string(char* s) noexcept { std::free(s); }
+void rai_shim_free_array(at::Tensor** a) noexcept { delete[] a; }
 
 // Loads a TorchScript module; `names` gets forward()'s argument names joined by '\n', `noutputs` the
 // number of values it returns (a returned tuple counts its elements).
-void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, size_t* noutputs, char** err) {
+void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, size_t* noutputs,
+                           char** err) noexcept {
   try {
     rai::QuietScope quiet;
     rai::precheck_archive(data, len);
@@ -271,11 +289,14 @@ void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, 
   } catch (const std::exception& e) {
     *err = message(e);
     return nullptr;
+  } catch (...) {
+    *err = unknown_exception();
+    return nullptr;
   }
 }
 
 int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, uint64_t timeout_ms, at::Tensor*** outs,
-                            size_t* nout, char** err) {
+                            size_t* nout, char** err) noexcept {
   try {
     rai::RunScope scope(timeout_ms);
     c10::InferenceMode guard;
@@ -298,12 +319,17 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, u
   } catch (const std::exception& e) {
     *err = message(e);
     return 1;
+  } catch (...) {
+    *err = unknown_exception();
+    return 1;
   }
 }
 
-void rai_shim_module_free(void* module) { delete static_cast<Model*>(module); }
+// Destroying a module or script runs no code of its own; a throw here (none is known) ends the process rather than
+// unwinding into Rust.
+void rai_shim_module_free(void* module) noexcept { delete static_cast<Model*>(module); }
 
-void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) {
+void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) noexcept {
   try {
     auto cu = std::make_shared<torch::jit::CompilationUnit>();
     // TorchScript's parser wants a final newline, which clients (and `$(...)` in shells) often drop.
@@ -320,13 +346,16 @@ void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) 
   } catch (const std::exception& e) {
     *err = message(e);
     return nullptr;
+  } catch (...) {
+    *err = unknown_exception();
+    return nullptr;
   }
 }
 
-void rai_shim_script_free(void* script) { delete static_cast<Script*>(script); }
+void rai_shim_script_free(void* script) noexcept { delete static_cast<Script*>(script); }
 
 // RedisAI's entry-point check: def f(tensors: List[Tensor], keys: List[str], args: List[str]).
-int rai_shim_script_check_entry(void* script, const char* name, char** err) {
+int rai_shim_script_check_entry(void* script, const char* name, char** err) noexcept {
   try {
     auto* s = static_cast<Script*>(script);
     std::string fn(name);
@@ -353,6 +382,9 @@ int rai_shim_script_check_entry(void* script, const char* name, char** err) {
   } catch (const std::exception& e) {
     *err = message(e);
     return 1;
+  } catch (...) {
+    *err = unknown_exception();
+    return 1;
   }
 }
 
@@ -361,9 +393,9 @@ int rai_shim_script_check_entry(void* script, const char* name, char** err) {
 int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* const* tensors, size_t n,
                         long list_from, const char* const* keys, const size_t* key_lens, size_t nkeys,
                         const char* const* args, const size_t* arg_lens, size_t nargs, uint64_t timeout_ms,
-                        at::Tensor*** outs, size_t* nout, char** err) {
-  std::string fn(name);
+                        at::Tensor*** outs, size_t* nout, char** err) noexcept {
   try {
+    std::string fn(name);
     auto* s = static_cast<Script*>(script);
     auto* f = s->cu->find_function(fn);
     if (!f) {
@@ -422,6 +454,9 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     return 1;
   } catch (const std::exception& e) {
     *err = message(e);
+    return 1;
+  } catch (...) {
+    *err = unknown_exception();
     return 1;
   }
 }

@@ -3,11 +3,16 @@
 //!
 //! Inputs and outputs follow the main subgraph's order, as RedisAI's interpreter did (a signature may list
 //! them in another order). Inputs are resized to the shapes given, so dimension 0 is free (batching).
+//!
+//! LiteRT's memory is held to BACKEND_MEMORY_LIMIT by counting wrappers around its allocation calls
+//! (`alloc.rs`, `got.rs`).
 
+mod alloc;
 mod ffi;
+mod got;
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -23,7 +28,16 @@ const LIB_NAME: &str = "libLiteRt.so";
 static RUNTIME: LibrarySlot<Api> = LibrarySlot::new("TFLITE");
 
 fn open(path: &str) -> Result<Api> {
-    Api::open(path).map_err(|e| Error::Generic(format!("Could not load backend TFLITE from {path}: {e}")))
+    let fail = |e: String| Error::Generic(format!("Could not load backend TFLITE from {path}: {e}"));
+    let api = Api::open(path).map_err(fail)?;
+    // Before anything of LiteRT runs: from here on its allocations are counted and bounded.
+    alloc::install(api.run as *const c_void, CONFIG.read().backend_memory_bound()).map_err(fail)?;
+    Ok(api)
+}
+
+/// `(bytes LiteRT holds, allocations refused at the bound)`, for INFO.
+pub fn memory() -> (u64, u64) {
+    (alloc::BUDGET.live(), alloc::BUDGET.refusals())
 }
 
 fn default_path() -> Option<String> {
@@ -79,12 +93,22 @@ fn our_type(t: i32) -> Option<DataType> {
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 const NO_DEADLINE: u64 = u64::MAX;
 
-/// LiteRT calls this between ops: true once the run's MODEL_EXECUTION_TIMEOUT has passed (the kill switch).
+/// What a run's cancellation check reads.
+struct RunState {
+    deadline: AtomicU64,
+    /// Set by the allocation wrappers when this run passed the memory bound (alloc.rs).
+    over_bound: AtomicBool,
+}
+
+/// LiteRT calls this between ops: true once the run's MODEL_EXECUTION_TIMEOUT has passed (the kill switch)
+/// or the run has passed the memory bound.
 extern "C" fn past_deadline(data: *mut c_void) -> bool {
-    // SAFETY: `data` is the `AtomicU64` boxed in the `Instance` that owns the compiled model; it lives as
-    // long as the compiled model and is only read atomically.
-    let deadline = unsafe { &*(data as *const AtomicU64) }.load(Ordering::Relaxed);
-    deadline != NO_DEADLINE && EPOCH.elapsed().as_nanos() as u64 > deadline
+    // SAFETY: `data` is the `RunState` of the `Instance` that owns the compiled model, which holds it as long
+    // as the compiled model lives; it is only read atomically.
+    let state = unsafe { &*(data as *const RunState) };
+    let deadline = state.deadline.load(Ordering::Relaxed);
+    state.over_bound.load(Ordering::Relaxed)
+        || (deadline != NO_DEADLINE && EPOCH.elapsed().as_nanos() as u64 > deadline)
 }
 
 /// One environment + model + compiled model. A compiled model runs one request at a time.
@@ -93,9 +117,13 @@ struct Instance {
     env: *mut ffi::Environment,
     model: *mut ffi::Model,
     compiled: *mut ffi::CompiledModel,
-    deadline: Box<AtomicU64>,
+    /// Shared with LiteRT's cancellation check for the compiled model's lifetime.
+    state: Arc<RunState>,
     /// Input shapes the compiled model currently has (signature order), to resize only on change.
     shapes: Vec<Vec<i32>>,
+    /// A run of it failed at the memory bound: it is rebuilt before the next (a failed allocation leaves
+    /// LiteRT in its least-tested state, and the rebuild frees what the failed run grew).
+    stale: bool,
     /// LiteRT reads the flatbuffer in place: it must outlive the model.
     _blob: Arc<[u8]>,
 }
@@ -159,17 +187,49 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
     Ok(Box::new(m))
 }
 
-fn new_instance(api: &Arc<Api>, blob: &Arc<[u8]>) -> Result<Instance> {
-    let a = &**api;
-    let mut inst = Instance {
+/// An instance holding nothing yet (every pointer null).
+fn empty_instance(api: &Arc<Api>, blob: &Arc<[u8]>) -> Instance {
+    Instance {
         api: api.clone(),
         env: std::ptr::null_mut(),
         model: std::ptr::null_mut(),
         compiled: std::ptr::null_mut(),
-        deadline: Box::new(AtomicU64::new(NO_DEADLINE)),
+        state: Arc::new(RunState { deadline: AtomicU64::new(NO_DEADLINE), over_bound: AtomicBool::new(false) }),
         shapes: Vec::new(),
+        stale: true,
         _blob: blob.clone(),
+    }
+}
+
+/// `f` with this thread's allocations marked as the instance's. Its result is the memory limit's error when
+/// one of them was refused or passed the bound (the flag), or when `f` failed while an allocation was refused
+/// on a thread that cannot be attributed (one of LiteRT's own).
+fn bounded<T>(state: &RunState, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    state.over_bound.store(false, Ordering::Relaxed);
+    let refusals = alloc::BUDGET.refusals();
+    let result = {
+        let _attribution = alloc::attribute(&state.over_bound);
+        f()
     };
+    let over = state.over_bound.load(Ordering::Relaxed);
+    if over || (result.is_err() && alloc::BUDGET.refusals() > refusals) {
+        return Err(Error::Plain(alloc::LIMIT_ERROR.into()));
+    }
+    result
+}
+
+fn new_instance(api: &Arc<Api>, blob: &Arc<[u8]>) -> Result<Instance> {
+    let mut inst = empty_instance(api, blob);
+    let state = inst.state.clone();
+    bounded(&state, || build(&mut inst))?;
+    inst.stale = false;
+    Ok(inst)
+}
+
+fn build(inst: &mut Instance) -> Result<()> {
+    let api = inst.api.clone();
+    let blob = inst._blob.clone();
+    let a = &*api;
     // SAFETY: out-pointers are valid locals/fields; the blob stays alive in `inst`; the options object
     // is freed on every path; whatever was created is freed by Instance::drop on error.
     unsafe {
@@ -185,10 +245,10 @@ fn new_instance(api: &Arc<Api>, blob: &Arc<[u8]>) -> Result<Instance> {
         }
         (a.destroy_options)(options);
         check(status, "compile the model (an op may be unsupported)")?;
-        let data = &*inst.deadline as *const AtomicU64 as *mut c_void;
+        let data = Arc::as_ptr(&inst.state) as *mut c_void;
         check((a.set_cancellation)(inst.compiled, data, past_deadline), "set the cancellation check")?;
     }
-    Ok(inst)
+    Ok(())
 }
 
 /// Inputs and outputs of the main subgraph, in its order, with their index in signature 0.
@@ -268,6 +328,21 @@ impl Drop for Buffers<'_> {
 }
 
 impl TfLiteModel {
+    /// A run on a fresh instance if the last one failed at the memory bound; a run that fails there marks it.
+    fn run_bounded(&self, inst: &mut Instance, inputs: &[&Tensor]) -> Result<Outputs> {
+        if inst.stale {
+            // The old one is freed before the new one is built: it may hold most of the bound.
+            drop(std::mem::replace(inst, empty_instance(&self.api, &self.blob)));
+            *inst = new_instance(&self.api, &self.blob)?;
+        }
+        let state = inst.state.clone();
+        let result = bounded(&state, || self.run_on(inst, inputs));
+        if matches!(&result, Err(Error::Plain(e)) if e == alloc::LIMIT_ERROR) {
+            inst.stale = true;
+        }
+        result
+    }
+
     fn run_on(&self, inst: &mut Instance, inputs: &[&Tensor]) -> Result<Outputs> {
         let a = &*self.api;
         let n_in = self.inputs.len();
@@ -337,9 +412,9 @@ impl TfLiteModel {
             }
             let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
             let deadline = (EPOCH.elapsed() + limit).as_nanos() as u64;
-            inst.deadline.store(deadline, Ordering::Relaxed);
+            inst.state.deadline.store(deadline, Ordering::Relaxed);
             let status = (a.run)(inst.compiled, 0, n_in, ins.1.as_mut_ptr(), n_out, outs.1.as_mut_ptr());
-            inst.deadline.store(NO_DEADLINE, Ordering::Relaxed);
+            inst.state.deadline.store(NO_DEADLINE, Ordering::Relaxed);
             if status != ffi::OK {
                 if EPOCH.elapsed().as_nanos() as u64 > deadline {
                     return Err(Error::Plain(format!(
@@ -384,7 +459,7 @@ impl LoadedModel for TfLiteModel {
                 ));
             }
         }
-        self.pool.with(|| new_instance(&self.api, &self.blob), |inst| self.run_on(inst, inputs))?
+        self.pool.with(|| new_instance(&self.api, &self.blob), |inst| self.run_bounded(inst, inputs))?
     }
 }
 

@@ -40,7 +40,9 @@ fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]], keep: bool) -> Res
     if keep {
         Ok(Model::restore(key, spec))
     } else {
-        Model::build(key, spec)
+        let model = Model::build(key, spec)?;
+        crate::exec::deferred::built_by_client(&model.spec.blob);
+        Ok(model)
     }
 }
 

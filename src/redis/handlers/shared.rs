@@ -157,7 +157,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
         let OpKind::Model { model, inputs, .. } = &op.kind else { return None };
         let eligible = model.spec.batch.size == 0
             && model.spec.device.kind == DeviceKind::Cpu
-            && model.loaded().is_ok_and(|m| m.stops_early())
+            && model.built().is_some_and(|m| m.is_ok_and(|m| m.stops_early()))
             && model.queue().is_ok_and(|q| q.is_idle());
         if !eligible {
             return None;

@@ -1,0 +1,228 @@
+//! Cycles and nesting depth of a model's call graph: TF library functions, TFLITE subgraphs, ONNX model-local
+//! functions. Every backend expands a call by recursing into the callee (TensorFlow instantiating and inlining
+//! functions, LiteRT preparing a control-flow op's subgraphs, ONNX Runtime inlining local functions and
+//! inferring their shapes), so a function that reaches itself recurses until the stack overflows and takes
+//! Redis down with it, and a long enough chain does the same. The walk here is iterative (an explicit stack,
+//! never recursion on untrusted input), visits each node and edge once, and stops at the bound.
+
+/// A call graph over nodes `0..n`.
+pub(crate) struct CallGraph {
+    /// The levels a node uses by itself (≥ 1: its own body).
+    base: Vec<u32>,
+    /// `(callee, level)`: the call sits `level` (≥ 1) levels into the caller, so the callee's body begins
+    /// `level` levels below the caller's.
+    calls: Vec<Vec<(usize, u32)>>,
+}
+
+/// Why a call graph is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `path[0]` reaches itself: `path[0] -> path[1] -> ... -> path[0]` (the last entry repeats the first).
+    Cycle(Vec<usize>),
+    /// Calls from this node nest deeper than the bound.
+    TooDeep(usize),
+}
+
+impl CallGraph {
+    pub(crate) fn new(n: usize) -> CallGraph {
+        CallGraph { base: vec![1; n], calls: vec![Vec::new(); n] }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    /// `caller` calls `callee` from `level` levels into its body (a flat call: 1).
+    pub(crate) fn call(&mut self, caller: usize, callee: usize, level: u32) {
+        self.calls[caller].push((callee, level.max(1)));
+    }
+
+    /// `node` uses `levels` levels by itself (nested bodies that call nothing).
+    pub(crate) fn uses(&mut self, node: usize, levels: u32) {
+        self.base[node] = self.base[node].max(levels);
+    }
+
+    /// The height of every node (the levels it spans with everything it calls), or the first cycle or node
+    /// deeper than `max` found, roots taken in index order. Nodes no one calls are checked too: a backend
+    /// may expand them (TensorFlow validates its whole library, LiteRT may prepare any subgraph).
+    pub(crate) fn heights(&self, max: u32) -> Result<Vec<u32>, Refusal> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum State {
+            New,
+            OnStack,
+            Done(u32),
+        }
+        let mut state = vec![State::New; self.len()];
+        // (node, next call to look at, height so far)
+        let mut stack: Vec<(usize, usize, u32)> = Vec::new();
+        for root in 0..self.len() {
+            if state[root] != State::New {
+                continue;
+            }
+            state[root] = State::OnStack;
+            stack.push((root, 0, self.base[root]));
+            while let Some(top) = stack.last_mut() {
+                let (node, next, height) = *top;
+                if let Some(&(callee, level)) = self.calls[node].get(next) {
+                    top.1 += 1;
+                    match state[callee] {
+                        State::OnStack => {
+                            let from = stack.iter().position(|&(n, _, _)| n == callee).unwrap_or(0);
+                            let mut path: Vec<usize> = stack[from..].iter().map(|&(n, _, _)| n).collect();
+                            path.push(callee);
+                            return Err(Refusal::Cycle(path));
+                        }
+                        State::Done(h) => top.2 = height.max(level.saturating_add(h)),
+                        State::New => {
+                            // Every call adds at least one level: a stack deeper than `max` is a chain that
+                            // deep, so the walk (and its memory) stops at the bound.
+                            if stack.len() >= max as usize {
+                                return Err(Refusal::TooDeep(stack[0].0));
+                            }
+                            state[callee] = State::OnStack;
+                            stack.push((callee, 0, self.base[callee]));
+                        }
+                    }
+                } else {
+                    stack.pop();
+                    if height > max {
+                        return Err(Refusal::TooDeep(stack.first().map_or(node, |&(n, _, _)| n)));
+                    }
+                    state[node] = State::Done(height);
+                    if let Some(parent) = stack.last_mut() {
+                        let level = self.calls[parent.0][parent.1 - 1].1;
+                        parent.2 = parent.2.max(level.saturating_add(height));
+                    }
+                }
+            }
+        }
+        Ok(state.iter().map(|s| if let State::Done(h) = s { *h } else { 0 }).collect())
+    }
+}
+
+/// `a -> b -> a` for an error reply: at most 8 names (a cycle or chain can be as long as the bound).
+pub(crate) fn show_path(path: &[usize], name: impl Fn(usize) -> String) -> String {
+    const MAX: usize = 8;
+    let mut parts: Vec<String> = Vec::new();
+    for (i, &n) in path.iter().enumerate() {
+        if path.len() > MAX && i == MAX - 2 {
+            parts.push("...".into());
+        }
+        if path.len() <= MAX || i < MAX - 2 || i == path.len() - 1 {
+            parts.push(name(n));
+        }
+    }
+    parts.join(" -> ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn graph(n: usize, edges: &[(usize, usize)]) -> CallGraph {
+        let mut g = CallGraph::new(n);
+        for &(a, b) in edges {
+            g.call(a, b, 1);
+        }
+        g
+    }
+
+    #[test]
+    fn cycles_are_found_with_their_path() {
+        assert_eq!(graph(1, &[(0, 0)]).heights(32), Err(Refusal::Cycle(vec![0, 0])));
+        assert_eq!(graph(2, &[(0, 1), (1, 0)]).heights(32), Err(Refusal::Cycle(vec![0, 1, 0])));
+        // a cycle not through the root
+        assert_eq!(graph(4, &[(0, 1), (1, 2), (2, 3), (3, 1)]).heights(32), Err(Refusal::Cycle(vec![1, 2, 3, 1])));
+        // a diamond is no cycle
+        assert_eq!(graph(4, &[(0, 1), (0, 2), (1, 3), (2, 3)]).heights(32), Ok(vec![3, 2, 2, 1]));
+    }
+
+    #[test]
+    fn depth_counts_levels() {
+        let chain = |n: usize| graph(n, &(1..n).map(|i| (i - 1, i)).collect::<Vec<_>>());
+        assert_eq!(chain(32).heights(32).map(|h| h[0]), Ok(32));
+        assert_eq!(chain(33).heights(32), Err(Refusal::TooDeep(0)));
+        // a chain whose tail comes first in index order: found through the memoised heights
+        let reversed = |n: usize| graph(n, &(1..n).map(|i| (i, i - 1)).collect::<Vec<_>>());
+        assert_eq!(reversed(32).heights(32).map(|h| h[31]), Ok(32));
+        assert_eq!(reversed(40).heights(32), Err(Refusal::TooDeep(32)));
+        // weighted calls and a node's own levels
+        let mut g = CallGraph::new(2);
+        g.call(0, 1, 10);
+        g.uses(1, 5);
+        assert_eq!(g.heights(15), Ok(vec![15, 5]));
+        assert_eq!(g.heights(14), Err(Refusal::TooDeep(0)));
+        // far deeper than the bound: stops there (no recursion, no memory past it)
+        assert_eq!(chain(200_000).heights(32), Err(Refusal::TooDeep(0)));
+    }
+
+    #[test]
+    fn paths_are_shortened() {
+        let name = |n: usize| n.to_string();
+        assert_eq!(show_path(&[0, 1, 0], name), "0 -> 1 -> 0");
+        assert_eq!(show_path(&(0..8).collect::<Vec<_>>(), name), "0 -> 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7");
+        assert_eq!(show_path(&(0..20).collect::<Vec<_>>(), name), "0 -> 1 -> 2 -> 3 -> 4 -> 5 -> ... -> 19");
+    }
+
+    /// The reference: reachability by brute force (small graphs), longest chain by memoised recursion over an
+    /// acyclic graph (trusted input, tests only).
+    fn reference(n: usize, edges: &[(usize, usize)]) -> (bool, u32) {
+        let reach = |from: usize| {
+            let mut seen = vec![false; n];
+            let mut todo = vec![from];
+            while let Some(v) = todo.pop() {
+                for &(a, b) in edges {
+                    if a == v && !seen[b] {
+                        seen[b] = true;
+                        todo.push(b);
+                    }
+                }
+            }
+            seen
+        };
+        if (0..n).any(|v| reach(v)[v]) {
+            return (true, 0);
+        }
+        fn height(v: usize, edges: &[(usize, usize)], memo: &mut Vec<Option<u32>>) -> u32 {
+            if let Some(h) = memo[v] {
+                return h;
+            }
+            let h = 1 + edges.iter().filter(|e| e.0 == v).map(|e| height(e.1, edges, memo)).max().unwrap_or(0);
+            memo[v] = Some(h);
+            h
+        }
+        let mut memo = vec![None; n];
+        (false, (0..n).map(|v| height(v, edges, &mut memo)).max().unwrap_or(0))
+    }
+
+    proptest! {
+        #![proptest_config(crate::commands::fuzz::config())]
+
+        /// Random graphs (a chain to get deep ones, plus random calls): terminates, never panics, refuses
+        /// exactly the cyclic ones and those deeper than the bound.
+        #[test]
+        fn random_graphs(chain in 0usize..40, extra in proptest::collection::vec((0usize..48, 0usize..48), 0..24),
+                         max in 1u32..40) {
+            let n = chain.max(1) + 8;
+            let mut edges: Vec<(usize, usize)> = (1..chain).map(|i| (i - 1, i)).collect();
+            edges.extend(extra.iter().map(|&(a, b)| (a % n, b % n)));
+            let (cyclic, deepest) = reference(n, &edges);
+            match graph(n, &edges).heights(max) {
+                Err(Refusal::Cycle(path)) => {
+                    prop_assert!(cyclic);
+                    prop_assert_eq!(path.first(), path.last());
+                    for w in path.windows(2) {
+                        prop_assert!(edges.contains(&(w[0], w[1])), "{:?} not an edge", w);
+                    }
+                }
+                // a cycle longer than the bound may be reported as depth: either way refused
+                Err(Refusal::TooDeep(_)) => prop_assert!(cyclic || deepest > max),
+                Ok(h) => {
+                    prop_assert!(!cyclic && deepest <= max);
+                    prop_assert_eq!(h.iter().copied().max(), Some(deepest));
+                }
+            }
+        }
+    }
+}
