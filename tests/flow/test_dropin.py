@@ -89,7 +89,8 @@ def test_info_modules_fields_are_redisais(shared_server, con):
               "ai_children_used_cpu_user", "ai_queue_CPU_bthread_n1_used_cpu_total"):
         assert f in cpu, (f, list(cpu))
     assert list(sections["ai_redisai_rs"]) == ["ai_redisai_rs_version", "ai_backend_memory_bound", "ai_inline_runs",
-                                               "ai_queued_runs"]
+                                               "ai_queued_runs", "ai_models_pending_build",
+                                               "ai_models_failed_build"]
 
 
 def test_module_finds_its_own_directory(shared_server, con):
