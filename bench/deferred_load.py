@@ -47,8 +47,17 @@ def start(workdir, deferred):
 
 
 def cli(port, *args):
-    r = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True)
+    r = subprocess.run(["redis-cli", "-p", str(port), *map(str, args)], capture_output=True)
     return r.stdout.decode().strip()
+
+
+def wait_for(what, fn, ok, timeout=600):
+    """Poll fn() until ok(reply); a reply that never comes right fails loudly instead of looping forever."""
+    deadline = time.monotonic() + timeout
+    while not ok(reply := fn()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: no success in {timeout} s, last reply {reply!r}")
+        time.sleep(0.005)
 
 
 def field(port, name):
@@ -60,15 +69,13 @@ def field(port, name):
 
 def measure(workdir, models, deferred):
     proc, port, t0 = start(workdir, deferred)
-    while cli(port, "PING") != "PONG":
-        time.sleep(0.005)
+    wait_for("PING", lambda: cli(port, "PING"), lambda r: r == "PONG")
     ping = time.monotonic() - t0
     last = f"m{models - 1}"
-    while cli(port, "AI.MODELEXECUTE", last, "INPUTS", 1, "x", "OUTPUTS", 1, "y") != "OK":
-        time.sleep(0.005)
+    wait_for("MODELEXECUTE", lambda: cli(port, "AI.MODELEXECUTE", last, "INPUTS", 1, "x", "OUTPUTS", 1, "y"),
+             lambda r: r == "OK")
     first_run = time.monotonic() - t0
-    while field(port, "models_pending_build") not in (0, None):
-        time.sleep(0.01)
+    wait_for("pending builds", lambda: field(port, "models_pending_build"), lambda r: r in (0, None))
     built = time.monotonic() - t0
     proc.terminate()
     proc.wait(30)
@@ -82,12 +89,13 @@ def main():
     workdir = tempfile.mkdtemp(prefix="redisai-deferred-")
     try:
         proc, port, _ = start(workdir, False)
-        while cli(port, "PING") != "PONG":
-            time.sleep(0.01)
+        wait_for("PING", lambda: cli(port, "PING"), lambda r: r == "PONG")
         for i in range(opts.models):
             blob = model_blob(i)
-            subprocess.run(["redis-cli", "-p", str(port), "-x", "AI.MODELSTORE", f"m{i}", "ONNX", "CPU", "BLOB"],
-                           input=blob, check=True, capture_output=True)
+            r = subprocess.run(["redis-cli", "-p", str(port), "-x", "AI.MODELSTORE", f"m{i}", "ONNX", "CPU", "BLOB"],
+                               input=blob, check=True, capture_output=True)
+            if r.stdout.strip() != b"OK":
+                raise SystemExit(f"MODELSTORE m{i}: {r.stdout!r}")
         x = np.ones((1, N), dtype=np.float32).tobytes()
         subprocess.run(["redis-cli", "-p", str(port), "-x", "AI.TENSORSET", "x", "FLOAT", "1", str(N), "BLOB"],
                        input=x, check=True, capture_output=True)

@@ -37,6 +37,9 @@ pub struct Config {
     /// Models from RDB/AOF/replication/RESTORE are built on a background thread after they are loaded, one at a
     /// time through a crash journal (exec/deferred.rs): load-time `DEFERRED_MODEL_BUILD yes`.
     pub deferred_model_build: bool,
+    /// AI.INFO's and INFO's timings, percentiles and error kinds (stats.rs): load-time `DETAILED_STATS no` turns
+    /// them off, to measure what they cost (bench/ab_workloads.py).
+    pub detailed_stats: bool,
     /// Directory of libredisai.so (where the TORCH backend library sits by default).
     pub module_dir: Option<String>,
 }
@@ -56,6 +59,7 @@ impl Default for Config {
             inline_threshold_us: DEFAULT_INLINE_THRESHOLD_US,
             runtime_backend_loading: true,
             deferred_model_build: false,
+            detailed_stats: true,
             module_dir: None,
         }
     }
@@ -115,6 +119,7 @@ impl Config {
                 }
                 "RUNTIME_BACKEND_LOADING" => c.runtime_backend_loading = yes_no(&key, val)?,
                 "DEFERRED_MODEL_BUILD" => c.deferred_model_build = yes_no(&key, val)?,
+                "DETAILED_STATS" => c.detailed_stats = yes_no(&key, val)?,
                 _ => return Err(arg_error(&key, val)),
             }
         }
@@ -187,6 +192,7 @@ mod tests {
         assert!(parse("runtime_backend_loading YES").unwrap().runtime_backend_loading);
         assert!(parse("DEFERRED_MODEL_BUILD yes").unwrap().deferred_model_build);
         assert!(!parse("").unwrap().deferred_model_build);
+        assert!(parse("").unwrap().detailed_stats && !parse("DETAILED_STATS no").unwrap().detailed_stats);
         for bad in [
             "RUNTIME_BACKEND_LOADING 0",
             "DEFERRED_MODEL_BUILD 1",

@@ -66,6 +66,15 @@ pub enum Error {
     /// A message that RedisAI sent with the `ERR ` prefix.
     #[error("{0}")]
     Generic(String),
+    /// A run or load stopped by a bound the module enforces (the backend memory bound, a sandbox refusal), in
+    /// the words RedisAI or the backend used; `prefixed`: sent with `ERR ` (as admission refusals are). Kept
+    /// apart from other failures for AI.INFO's `errors_refused`.
+    #[error("{text}")]
+    Refused { text: String, prefixed: bool },
+    /// A run the kill switch stopped at MODEL_EXECUTION_TIMEOUT, in the backend's words (AI.INFO's
+    /// `errors_timeout`); `prefixed` as for `Refused`.
+    #[error("{text}")]
+    TimedOut { text: String, prefixed: bool },
     /// A script function returned something other than tensors: an error only when OUTPUTS were asked for
     /// (RedisAI's text, no `ERR `).
     #[error("{0}")]
@@ -77,8 +86,20 @@ impl Error {
     pub fn reply_text(&self) -> String {
         match self {
             Error::WrongType | Error::Plain(_) | Error::NonTensorResult(_) => self.to_string(),
+            Error::Refused { prefixed: false, .. } | Error::TimedOut { prefixed: false, .. } => self.to_string(),
             _ => format!("ERR {self}"),
         }
+    }
+
+    /// A refusal sent as RedisAI sent backend texts, without `ERR `.
+    pub fn refused(text: impl Into<String>) -> Self {
+        Error::Refused { text: text.into(), prefixed: false }
+    }
+
+    /// This error, known to be the kill switch's doing; the client's text stays the same.
+    pub fn timed_out(self) -> Self {
+        let prefixed = self.reply_text().starts_with("ERR ") && !self.to_string().starts_with("ERR ");
+        Error::TimedOut { text: self.to_string(), prefixed }
     }
 
     pub fn rdb(what: &'static str, why: impl Into<String>) -> Self {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod histogram;
 pub mod log;
 pub mod model;
 pub mod rdb;

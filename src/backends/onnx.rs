@@ -169,7 +169,7 @@ impl OnnxModel {
         let before = onnx_alloc::overruns();
         let session = b.commit_from_memory(&self.blob);
         if session.is_err() && onnx_alloc::overruns() > before {
-            return Err(Error::Plain(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
+            return Err(Error::refused(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
         }
         session.map_err(backend_err)
     }
@@ -191,7 +191,10 @@ impl LoadedModel for OnnxModel {
             || self.new_runner(),
             |runner| {
                 let now = Instant::now();
-                self.run_on(runner, inputs, now, now + limit).0
+                match self.run_on(runner, inputs, now, now + limit) {
+                    (Err(e), true) => Err(e.timed_out()),
+                    (result, _) => result,
+                }
             },
         )?
     }
@@ -289,15 +292,22 @@ impl OnnxModel {
         let before = onnx_alloc::overruns();
         let outs = match self.direct.as_ref().and_then(|d| d.run(session, &mut runner.inputs, inputs, options)) {
             Some(outs) => outs,
-            None => self.values(inputs).and_then(|values| {
-                let outs = session.run_with_options(&values[..], options).map_err(backend_err)?;
-                outs.values().map(|v| from_value(&v)).collect::<Result<Outputs>>()
-            }),
+            None => {
+                let values = {
+                    let _copying = crate::exec::copy_clock::copying();
+                    self.values(inputs)
+                };
+                values.and_then(|values| {
+                    let outs = session.run_with_options(&values[..], options).map_err(backend_err)?;
+                    let _copying = crate::exec::copy_clock::copying();
+                    outs.values().map(|v| from_value(&v)).collect::<Result<Outputs>>()
+                })
+            }
         };
         // A refused allocation fails the run (ONNX Runtime reports std::bad_alloc): RedisAI's text says why. The
         // count is the process's, so only a failed run reads it: another run's refusal must not fail this one.
         if outs.is_err() && onnx_alloc::overruns() > before {
-            return Err(Error::Plain(onnx_alloc::LIMIT_ERROR.into()));
+            return Err(Error::refused(onnx_alloc::LIMIT_ERROR));
         }
         outs
     }

@@ -168,6 +168,7 @@ impl Direct {
     ) -> Result<Outputs> {
         let api = ort::api();
         cache.0.truncate(inputs.len());
+        let copying = crate::exec::copy_clock::copying();
         for (i, t) in inputs.iter().enumerate() {
             let key = InputKey::of(t);
             if cache.0.get(i).is_some_and(|c| c.key == key) {
@@ -197,6 +198,7 @@ impl Direct {
                 None => cache.0.push(made),
             }
         }
+        drop(copying);
         let in_names: SmallVec<[_; 4]> = self.inputs.iter().map(|n| n.as_ptr()).collect();
         let out_names: SmallVec<[_; 4]> = self.outputs.iter().map(|n| n.as_ptr()).collect();
         let mut outs = Values(smallvec::smallvec![ptr::null_mut(); self.outputs.len()]);
@@ -216,6 +218,7 @@ impl Direct {
                 outs.0.as_mut_ptr(),
             )
         })?;
+        let _copying = crate::exec::copy_clock::copying();
         outs.0.iter().map(|&v| tensor_of(v)).collect()
     }
 }

@@ -137,7 +137,11 @@ impl Backend {
         // SAFETY: p came from this backend and is freed once, here.
         unsafe { (self.free_string)(p) };
         // Our own refusals, and the GPU error in the words (and with the `ERR `) of the other backends'.
-        if s.starts_with("TORCH model refused:") || s.starts_with("TORCH script refused:") || s.starts_with("GPU") {
+        if s.starts_with("TORCH model refused:") || s.starts_with("TORCH script refused:") {
+            Error::Refused { text: s, prefixed: true }
+        } else if s.starts_with("TORCH: the run was cancelled after MODEL_EXECUTION_TIMEOUT") {
+            Error::TimedOut { text: s, prefixed: false }
+        } else if s.starts_with("GPU") {
             Error::Generic(s)
         } else {
             Error::Plain(s)
@@ -158,6 +162,7 @@ impl Backend {
             }
             _ => return Err(self.message(err)),
         }
+        let _copying = crate::exec::copy_clock::copying();
         // SAFETY: on success the backend returned `n` tensors at `outs`, each describing its own
         // shape/data buffers; we copy them and hand the array back to the backend once.
         unsafe {

@@ -47,7 +47,7 @@ pub fn parse_config(argv: &[&[u8]]) -> Result<ConfigCmd> {
     }
 }
 
-/// The 18-element AI.INFO reply.
+/// The AI.INFO reply: RedisAI's 18 elements, then our fields (stats::detail_fields).
 pub fn info_reply(s: &Stats) -> Reply<'static> {
     use std::sync::atomic::Ordering::Relaxed;
     let samples = match s.kind {
@@ -55,7 +55,7 @@ pub fn info_reply(s: &Stats) -> Reply<'static> {
         EntryKind::Script => -1,
     };
     let bulk = |b: &[u8]| Reply::Bulk(b.to_vec().into());
-    Reply::Array(vec![
+    let mut fields = vec![
         Reply::str("key"),
         bulk(&s.key),
         Reply::str("type"),
@@ -74,7 +74,13 @@ pub fn info_reply(s: &Stats) -> Reply<'static> {
         Reply::Int(s.calls.load(Relaxed)),
         Reply::str("errors"),
         Reply::Int(s.errors.load(Relaxed)),
-    ])
+    ];
+    // Ours, after RedisAI's (clients that read the reply as pairs see extra pairs; docs/commands.md).
+    for (name, value) in crate::stats::detail_fields(&s.detail, crate::histogram::window_now()) {
+        fields.push(Reply::str(name));
+        fields.push(Reply::Int(value as i64));
+    }
+    Reply::Array(fields)
 }
 
 #[cfg(test)]

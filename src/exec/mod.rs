@@ -1,6 +1,7 @@
 //! The execution engine: every execution is a DAG plan, run by per-device queues.
 
 pub mod batch;
+pub mod copy_clock;
 pub mod dag;
 pub mod deferred;
 pub mod inline;

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use super::batch::{take_work, Work};
 use super::run::{step_batch, Entry};
+use crate::histogram::Histogram;
 
 pub struct Queue {
     pub name: String,
@@ -22,6 +23,10 @@ pub struct Queue {
     clocks: Mutex<Vec<libc::clockid_t>>,
     /// On the deferred list of the thread that pushed (see `defer_wakeups_on_this_thread`).
     wake_pending: AtomicBool,
+    /// How long entries waited here before a worker took them (INFO's `ai_queue_<DEV>_wait_*`).
+    pub waits: Histogram,
+    /// Workers running an op or a batch now.
+    busy: AtomicUsize,
 }
 
 thread_local! {
@@ -80,13 +85,15 @@ fn cpu_time(clock: libc::clockid_t) -> Option<(i64, i64)> {
 
 impl Queue {
     /// Puts an entry that has not started (or that waited for inputs) at the back.
-    pub fn push_back(self: &Arc<Self>, e: Entry) {
+    pub fn push_back(self: &Arc<Self>, mut e: Entry) {
+        e.mark_queued();
         self.deque.lock().push_back(e);
         self.signal();
     }
 
     /// Puts an entry that just made progress at the front, so its next op runs without waiting behind others.
-    pub fn push_front(self: &Arc<Self>, e: Entry) {
+    pub fn push_front(self: &Arc<Self>, mut e: Entry) {
+        e.mark_queued();
         self.deque.lock().push_front(e);
         self.signal();
     }
@@ -143,14 +150,21 @@ impl Queue {
         self.deque.lock().is_empty()
     }
 
+    /// Workers of this queue running something now.
+    pub fn busy_workers(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
     fn work(self: Arc<Self>) {
         loop {
             let work = self.next_work();
+            self.busy.fetch_add(1, Ordering::Relaxed);
             // Ops catch their own panics; this only guards the bookkeeping around them.
             let done = catch_unwind(AssertUnwindSafe(|| match work {
                 Work::One(e) => e.step(),
                 Work::Batch(es) => step_batch(es),
             }));
+            self.busy.fetch_sub(1, Ordering::Relaxed);
             if done.is_err() {
                 crate::log::warning(&format!("redisai: a worker of queue {} panicked outside an op", self.name));
             }
@@ -198,6 +212,8 @@ impl Queues {
             cv: Condvar::new(),
             clocks: Mutex::new(Vec::new()),
             wake_pending: AtomicBool::new(false),
+            waits: Histogram::default(),
+            busy: AtomicUsize::new(0),
         });
         for i in 0..self.threads_per_queue {
             let worker = q.clone();

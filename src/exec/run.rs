@@ -12,11 +12,14 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::batch::{BatchKey, Queued};
+use super::copy_clock;
 use super::dag::{OpKind, Plan};
 use super::queue::{Queue, Queues};
 use crate::backends::{LoadedModel, Outputs};
 use crate::error::{Error, Result};
+use crate::histogram::window_of;
 use crate::model::Model;
+use crate::stats::{self, ErrorKind, Stats, Timing};
 use crate::tensor::Tensor;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +64,8 @@ pub struct Run {
     remaining: AtomicUsize,
     timed_out: AtomicBool,
     deadline: Option<Instant>,
+    /// When the run was made (the command's arrival, as far as AI.INFO's `total_*` is concerned).
+    created: Instant,
     queues: Vec<Arc<Queue>>,
     device_ops: Vec<Vec<usize>>,
     completion: Mutex<Option<Completion>>,
@@ -72,6 +77,8 @@ pub struct Entry {
     dev: usize,
     pos: usize,
     queued_at: Instant,
+    /// When it was last put on its queue (AI.INFO's and INFO's queue wait).
+    pushed_at: Instant,
 }
 
 impl Run {
@@ -95,11 +102,13 @@ impl Run {
             .map(|(d, _)| queues.get(d))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(super::queue_unavailable)?;
+        let now = Instant::now();
         Ok(Arc::new(Run {
             state: Mutex::new(State::of(&plan)),
             remaining: AtomicUsize::new(devices.len()),
             timed_out: AtomicBool::new(false),
-            deadline: plan.timeout.map(|t| Instant::now() + t),
+            deadline: plan.timeout.map(|t| now + t),
+            created: now,
             queues: qs,
             device_ops: devices.into_iter().map(|(_, ops)| ops).collect(),
             completion: Mutex::new(Some(done)),
@@ -110,7 +119,13 @@ impl Run {
     /// The run's entries, one per device (each must be queued or dropped: `remaining` counts them).
     fn entries(run: &Arc<Run>) -> impl Iterator<Item = Entry> + '_ {
         let now = Instant::now();
-        (0..run.device_ops.len()).map(move |dev| Entry { run: run.clone(), dev, pos: 0, queued_at: now })
+        (0..run.device_ops.len()).map(move |dev| Entry {
+            run: run.clone(),
+            dev,
+            pos: 0,
+            queued_at: now,
+            pushed_at: now,
+        })
     }
 
     /// A run with nothing to queue (a DAG of TENSORSET/TENSORGET only), complete as it is.
@@ -120,11 +135,17 @@ impl Run {
             remaining: AtomicUsize::new(0),
             timed_out: AtomicBool::new(false),
             deadline: None,
+            created: Instant::now(),
             queues: Vec::new(),
             device_ops: Vec::new(),
             completion: Mutex::new(None),
             plan,
         }
+    }
+
+    /// Time since the run was made: the execution's whole time once it is complete.
+    pub fn age(&self) -> std::time::Duration {
+        self.created.elapsed()
     }
 
     pub fn timed_out(&self) -> bool {
@@ -152,7 +173,7 @@ impl Run {
         let run = Run::finished(plan);
         let mut now = Instant::now();
         let deadline = now + limit;
-        let mut samples: SmallVec<[(usize, Sample); 4]> = SmallVec::new();
+        let mut samples: SmallVec<[(usize, (Sample, Instant)); 4]> = SmallVec::new();
         let stopped = {
             let mut st = run.state.lock();
             let mut stopped = false;
@@ -167,12 +188,13 @@ impl Run {
                     break;
                 };
                 let start = now;
+                copy_clock::take_us();
                 let ran = catch_unwind(AssertUnwindSafe(|| {
                     run_model(model, outputs.len(), &loaded, start, |m, refs| m.run_within(refs, start, deadline))
                 }));
                 let result = match ran {
                     Ok(Some((result, sample, end))) => {
-                        samples.push((i, sample));
+                        samples.push((i, (sample, end)));
                         now = end;
                         result
                     }
@@ -202,9 +224,10 @@ impl Run {
         if stopped {
             return Err(Box::new(run.plan));
         }
-        for (i, sample) in samples {
+        let req = Req { queue_us: 0, created: run.created, inline: true };
+        for (i, (sample, end)) in samples {
             if let OpKind::Model { model, .. } = &run.plan.ops[i].kind {
-                sample.record(model);
+                sample.record(model, &req, end);
             }
         }
         Ok(run)
@@ -213,9 +236,22 @@ impl Run {
     /// Hands the run to its completion. Takes the caller's `Arc` so that no worker keeps the run (and the
     /// models it holds) alive once the reply is on its way.
     fn complete(self: Arc<Self>) {
+        if self.timed_out() && stats::detailed() {
+            self.count_timeouts();
+        }
         let done = self.completion.lock().take();
         if let Some(done) = done {
             done(self);
+        }
+    }
+
+    /// AI.INFO's `errors_timeout`: each op the timeout kept from running.
+    fn count_timeouts(&self) {
+        let st = self.state.lock();
+        for (op, outcome) in self.plan.ops.iter().zip(&st.outcomes) {
+            if *outcome == OpOutcome::NotRun {
+                op_stats(&op.kind).detail.record_error(ErrorKind::Timeout);
+            }
         }
     }
 
@@ -261,6 +297,28 @@ impl Entry {
         drop(self);
     }
 
+    /// Called as it goes on its queue.
+    pub(super) fn mark_queued(&mut self) {
+        if stats::detailed() {
+            self.pushed_at = Instant::now();
+        }
+    }
+
+    /// How long it has waited on its queue, recorded in the queue's figures.
+    fn waited(&self) -> u64 {
+        if !stats::detailed() {
+            return 0;
+        }
+        let now = Instant::now();
+        let us = now.saturating_duration_since(self.pushed_at).as_micros() as u64;
+        self.run.queues[self.dev].waits.record(us, window_of(now));
+        us
+    }
+
+    fn req(&self, queue_us: u64) -> Req {
+        Req { queue_us, created: self.run.created, inline: false }
+    }
+
     fn op_index(&self) -> usize {
         self.run.device_ops[self.dev][self.pos]
     }
@@ -268,7 +326,7 @@ impl Entry {
     /// Skips a failed or timed-out run, parks an entry whose inputs are missing, or returns the inputs.
     /// One lock decides all three: a producer that fails (or a run that times out) between "inputs
     /// missing" and "parked" would otherwise leave this entry parked with nobody left to wake it.
-    fn prepare(self) -> Option<(Entry, Tensors)> {
+    fn prepare(self) -> Option<(Entry, Tensors, u64)> {
         let run = self.run.clone();
         let mut st = run.state.lock();
         let finish = if st.failed || run.timed_out() {
@@ -291,7 +349,8 @@ impl Entry {
             Some(v) => {
                 drop(st);
                 drop(run);
-                Some((self, v))
+                let waited = self.waited();
+                Some((self, v, waited))
             }
             None => {
                 st.parked.push(self);
@@ -334,12 +393,15 @@ impl Entry {
 
     /// Runs this device's next op if its inputs are ready; see the module comment.
     pub fn step(self) {
-        if let Some((entry, inputs)) = self.prepare() {
+        if let Some((entry, inputs, waited)) = self.prepare() {
             let result = {
                 let op = &entry.run.plan.ops[entry.op_index()];
                 let caller = &entry.run.plan.caller;
-                catch_unwind(AssertUnwindSafe(|| crate::script::with_caller(caller, || execute(&op.kind, &inputs))))
-                    .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())))
+                let req = entry.req(waited);
+                catch_unwind(AssertUnwindSafe(|| {
+                    crate::script::with_caller(caller, || execute(&op.kind, &inputs, &req))
+                }))
+                .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())))
             };
             drop(inputs);
             entry.complete(result);
@@ -386,26 +448,30 @@ impl Queued for Entry {
 /// Runs the current ops of `entries` (same model, compatible inputs) as one batch: inputs joined on
 /// dimension 0, one backend run, outputs split back per request. A failure reaches every request.
 pub fn step_batch(entries: Vec<Entry>) {
-    let ready: Vec<(Entry, Tensors)> = entries.into_iter().filter_map(Entry::prepare).collect();
-    let Some(model) = ready.first().and_then(|(e, _)| match &e.run.plan.ops[e.op_index()].kind {
+    let ready: Vec<(Entry, Tensors, u64)> = entries.into_iter().filter_map(Entry::prepare).collect();
+    let Some(model) = ready.first().and_then(|(e, _, _)| match &e.run.plan.ops[e.op_index()].kind {
         OpKind::Model { model, .. } => Some(model.clone()),
         OpKind::Script { .. } => None,
     }) else {
         // Only model runs are ever batched (`batch_key`); anything else steps alone.
-        for (entry, inputs) in ready {
-            let result = execute(&entry.run.plan.ops[entry.op_index()].kind, &inputs);
+        for (entry, inputs, waited) in ready {
+            let result = execute(&entry.run.plan.ops[entry.op_index()].kind, &inputs, &entry.req(waited));
             entry.complete(result);
         }
         return;
     };
     let outputs = model.spec.outputs.len();
-    let rows: Vec<usize> = ready.iter().map(|(_, ins)| ins[0].dim0().max(0) as usize).collect();
+    let rows: Vec<usize> = ready.iter().map(|(_, ins, _)| ins[0].dim0().max(0) as usize).collect();
     let total: usize = rows.iter().sum();
     let start = Instant::now();
+    copy_clock::take_us();
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<Outputs> {
-        let joined = (0..ready[0].1.len())
-            .map(|i| Tensor::concat(&ready.iter().map(|(_, ins)| ins[i].as_ref()).collect::<Vec<_>>()))
-            .collect::<Result<Vec<Tensor>>>()?;
+        let joined = {
+            let _copying = copy_clock::copying();
+            (0..ready[0].1.len())
+                .map(|i| Tensor::concat(&ready.iter().map(|(_, ins, _)| ins[i].as_ref()).collect::<Vec<_>>()))
+                .collect::<Result<Vec<Tensor>>>()?
+        };
         let outs = model.loaded()?.run(&joined.iter().collect::<Vec<_>>())?;
         if outs.len() != outputs {
             return Err(Error::Generic("Model did not generate the expected number of outputs".into()));
@@ -419,37 +485,99 @@ pub fn step_batch(entries: Vec<Entry>) {
     let micros = start.elapsed().as_micros() as i64;
     let stats = model.stats.clone();
     drop(model);
+    let detailed = stats::detailed();
+    if detailed {
+        stats.detail.record_execution(ready.len() as u64, window_of(Instant::now()));
+    }
     let mut offset = 0;
-    for ((entry, inputs), n) in ready.into_iter().zip(rows) {
+    for ((entry, inputs, waited), n) in ready.into_iter().zip(rows) {
         drop(inputs);
-        let mine = result
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|outs| outs.iter().map(|t| t.slice_dim0(offset, n).map(Arc::new)).collect::<Result<Tensors>>());
+        let mine = {
+            let _copying = copy_clock::copying();
+            result.as_ref().map_err(Clone::clone).and_then(|outs| {
+                outs.iter().map(|t| t.slice_dim0(offset, n).map(Arc::new)).collect::<Result<Tensors>>()
+            })
+        };
         offset += n;
         // Each request is charged the whole batch's time and its own samples, as RedisAI did.
         match &mine {
             Ok(_) => stats.record_success(micros, n as i64),
             Err(_) => stats.record_error(),
         }
+        if detailed {
+            // The batch's copies (joining, the backend's, splitting up to this request's share) and the rest.
+            let copy_us = copy_clock::take_us();
+            let end = Instant::now();
+            record_detail(&stats, &mine, &entry.req(waited), (micros as u64).saturating_sub(copy_us), copy_us, end);
+        }
         entry.complete(mine);
+    }
+}
+
+/// The stats of the model or script an op runs.
+fn op_stats(op: &OpKind) -> &Stats {
+    match op {
+        OpKind::Model { model, .. } => &model.stats,
+        OpKind::Script { script, .. } => &script.stats,
+    }
+}
+
+/// What AI.INFO's split of `errors` calls this failure.
+fn error_kind(e: &Error) -> ErrorKind {
+    match e {
+        Error::Refused { .. } => ErrorKind::Refused,
+        Error::TimedOut { .. } => ErrorKind::Timeout,
+        _ => ErrorKind::Backend,
+    }
+}
+
+/// A request as far as its statistics are concerned: how long it waited, when its run began, where it ran.
+struct Req {
+    queue_us: u64,
+    created: Instant,
+    inline: bool,
+}
+
+/// AI.INFO's timings of one request that ran (a success), or the kind of its failure.
+fn record_detail<T>(stats: &Stats, result: &Result<T>, req: &Req, backend_us: u64, copy_us: u64, end: Instant) {
+    let w = window_of(end);
+    match result {
+        Ok(_) => {
+            let total_us = end.saturating_duration_since(req.created).as_micros() as u64;
+            let timing = Timing { queue_us: req.queue_us, backend_us, copy_us, total_us, inline: req.inline };
+            stats.detail.record_request(&timing, w);
+        }
+        Err(e) => stats.detail.record_error(error_kind(e)),
     }
 }
 
 /// What a model run adds to AI.INFO's statistics and to the model's run history.
 enum Sample {
-    Success { micros: u64, samples: i64, input_bytes: u64 },
-    Error,
+    Success { micros: u64, copy_us: u64, samples: i64, input_bytes: u64 },
+    Error(ErrorKind),
 }
 
 impl Sample {
-    fn record(&self, model: &Model) {
+    /// Records the run of one request, which ended at `end`.
+    fn record(&self, model: &Model, req: &Req, end: Instant) {
+        let detailed = stats::detailed();
+        if detailed {
+            model.stats.detail.record_execution(1, window_of(end));
+        }
         match *self {
-            Sample::Success { micros, samples, input_bytes } => {
+            Sample::Success { micros, copy_us, samples, input_bytes } => {
                 model.stats.record_success(micros as i64, samples);
                 model.history.record(micros, input_bytes);
+                if detailed {
+                    record_detail(&model.stats, &Ok(()), req, micros.saturating_sub(copy_us), copy_us, end);
+                }
             }
-            Sample::Error => model.stats.record_error(),
+            Sample::Error(kind) => {
+                model.stats.record_error();
+                if detailed {
+                    model.stats.detail.record_error(kind);
+                }
+            }
         }
     }
 }
@@ -484,21 +612,23 @@ fn run_model(
     let sample = match &result {
         Ok(outs) => Sample::Success {
             micros: end.duration_since(start).as_micros() as u64,
+            copy_us: copy_clock::take_us(),
             samples: outs.first().map_or(0, |t| t.dim0()),
             input_bytes: input_bytes(inputs),
         },
-        Err(_) => Sample::Error,
+        Err(e) => Sample::Error(error_kind(e)),
     };
     Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample, end))
 }
 
 /// Runs one op on the calling worker thread.
-fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Tensors> {
+fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
     match op {
         OpKind::Model { model, outputs, .. } => {
+            copy_clock::take_us();
             match run_model(model, outputs.len(), inputs, Instant::now(), |m, refs| Some(m.run(refs))) {
-                Some((result, sample, _)) => {
-                    sample.record(model);
+                Some((result, sample, end)) => {
+                    sample.record(model, req, end);
                     result
                 }
                 // `run` always answers; only `run_within` (inline) gives up.
@@ -507,6 +637,7 @@ fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Tensors> {
         }
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
+            copy_clock::take_us();
             let start = Instant::now();
             let result = match script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)) {
                 // A function run for its side effects (`redis.execute`) may return nothing, as in RedisAI.
@@ -526,10 +657,17 @@ fn execute(op: &OpKind, inputs: &[Arc<Tensor>]) -> Result<Tensors> {
                     )))
                 }
             });
+            let end = Instant::now();
+            let micros = end.saturating_duration_since(start).as_micros() as u64;
             match &result {
                 // Scripts report no samples (AI.INFO shows -1).
-                Ok(_) => script.stats.record_success(start.elapsed().as_micros() as i64, 0),
+                Ok(_) => script.stats.record_success(micros as i64, 0),
                 Err(_) => script.stats.record_error(),
+            }
+            if stats::detailed() {
+                script.stats.detail.record_execution(1, window_of(end));
+                let copy_us = copy_clock::take_us();
+                record_detail(&script.stats, &result, req, micros.saturating_sub(copy_us), copy_us, end);
             }
             Ok(result?.into_iter().map(Arc::new).collect())
         }

@@ -85,5 +85,43 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         let (pending, failed) = crate::exec::deferred::counts();
         raw::add_info_field_long_long(ctx, "models_pending_build", pending as i64);
         raw::add_info_field_long_long(ctx, "models_failed_build", failed as i64);
+
+        // Per device queue: what waits, what runs, and how long requests waited (docs/commands.md,
+        // "Observability"). Plain `name:value` fields, so that exporters scraping INFO need no custom code.
+        let now = crate::histogram::window_now();
+        raw::add_info_section(ctx, Some("queues"));
+        for q in crate::exec::queues().all() {
+            let dev = q.name.replace(':', "_");
+            let field = |name: &str, v: u64| {
+                raw::add_info_field_unsigned_long_long(ctx, &format!("queue_{dev}_{name}"), v);
+            };
+            field("pending", q.len() as u64);
+            field("busy_workers", q.busy_workers() as u64);
+            field("taken", q.waits.count.load(std::sync::atomic::Ordering::Relaxed));
+            field("wait_us", q.waits.total.load(std::sync::atomic::Ordering::Relaxed));
+            field("wait_p50_us", q.waits.quantile(0.5, now));
+            field("wait_p99_us", q.waits.quantile(0.99, now));
+        }
+
+        // Per model and script: one line each, `model_<key>:calls=…,errors=…,…` (AI.INFO's figures).
+        raw::add_info_section(ctx, Some("keys"));
+        for s in crate::stats::all() {
+            let kind = if s.kind == crate::stats::EntryKind::Model { "model" } else { "script" };
+            raw::add_info_begin_dict_field(ctx, &format!("{kind}_{}", info_name(&s.key)));
+            use std::sync::atomic::Ordering::Relaxed;
+            for (name, v) in [("calls", s.calls.load(Relaxed)), ("errors", s.errors.load(Relaxed))] {
+                raw::add_info_field_long_long(ctx, name, v);
+            }
+            for (name, v) in crate::stats::detail_fields(&s.detail, now) {
+                raw::add_info_field_unsigned_long_long(ctx, name, v);
+            }
+            raw::add_info_end_dict_field(ctx);
+        }
     }));
+}
+
+/// A key as part of an INFO field name: bytes other than letters, digits, `_`, `-` and `.` become `_` (INFO's
+/// syntax reserves `:`, `,`, `=` and line ends), so two keys may share a line name; AI.INFO tells them apart.
+fn info_name(key: &[u8]) -> String {
+    key.iter().map(|&b| if b.is_ascii_alphanumeric() || b"_-.".contains(&b) { b as char } else { '_' }).collect()
 }

@@ -30,6 +30,7 @@ pub mod handlers;
 pub mod info;
 pub mod io;
 pub mod keyspace;
+pub mod latency;
 pub mod memory;
 pub mod model_type;
 pub mod module;

@@ -58,7 +58,10 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         .collect();
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     match Config::from_args(&refs) {
-        Ok(c) => *config::CONFIG.write() = c,
+        Ok(c) => {
+            crate::stats::DETAILED.store(c.detailed_stats, std::sync::atomic::Ordering::Relaxed);
+            *config::CONFIG.write() = c;
+        }
         Err(e) => {
             log_warning(&e.reply_text());
             return ERR;

@@ -346,8 +346,11 @@ impl LoadedModel for TfModel {
         check_input_count(self.input_ops.len(), inputs.len())?;
         let a = &*self.api;
         let mut ins = Tensors(a, Vec::with_capacity(inputs.len()));
-        for t in inputs {
-            ins.1.push(self.make_input(t)?);
+        {
+            let _copying = crate::exec::copy_clock::copying();
+            for t in inputs {
+                ins.1.push(self.make_input(t)?);
+            }
         }
         let mut outs = Tensors(a, vec![std::ptr::null_mut(); self.output_ops.len()]);
         let status = Status::new(a);
@@ -373,6 +376,7 @@ impl LoadedModel for TfModel {
             (a.delete_buffer)(run_options);
         }
         status.check()?;
+        let _copying = crate::exec::copy_clock::copying();
         outs.1.iter().map(|&t| self.read_output(t)).collect()
     }
 }

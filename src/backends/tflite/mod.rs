@@ -213,7 +213,7 @@ fn bounded<T>(state: &RunState, f: impl FnOnce() -> Result<T>) -> Result<T> {
     };
     let over = state.over_bound.load(Ordering::Relaxed);
     if over || (result.is_err() && alloc::BUDGET.refusals() > refusals) {
-        return Err(Error::Plain(alloc::LIMIT_ERROR.into()));
+        return Err(Error::refused(alloc::LIMIT_ERROR));
     }
     result
 }
@@ -337,7 +337,7 @@ impl TfLiteModel {
         }
         let state = inst.state.clone();
         let result = bounded(&state, || self.run_on(inst, inputs));
-        if matches!(&result, Err(Error::Plain(e)) if e == alloc::LIMIT_ERROR) {
+        if matches!(&result, Err(Error::Refused { .. })) {
             inst.stale = true;
         }
         result
@@ -351,6 +351,7 @@ impl TfLiteModel {
             inst.shapes = vec![Vec::new(); n_in];
         }
         let mut ins = Buffers(a, vec![std::ptr::null_mut(); n_in]);
+        let copying_in = crate::exec::copy_clock::copying();
         // SAFETY: the compiled model and environment are live and used by this thread only;
         // every layout has rank <= MAX_RANK; a locked buffer holds at least the bytes it was created with,
         // which is what we copy in or out; buffers are destroyed by `Buffers`.
@@ -388,6 +389,7 @@ impl TfLiteModel {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), p as *mut u8, bytes.len());
                 check((a.unlock_buffer)(*buf), "unlock an input buffer")?;
             }
+            drop(copying_in);
             let mut layouts = vec![ffi::Layout::default(); n_out];
             check((a.output_layouts)(inst.compiled, 0, n_out, layouts.as_mut_ptr(), true), "size the outputs")?;
             let mut outs = Buffers(a, vec![std::ptr::null_mut(); n_out]);
@@ -417,13 +419,17 @@ impl TfLiteModel {
             inst.state.deadline.store(NO_DEADLINE, Ordering::Relaxed);
             if status != ffi::OK {
                 if EPOCH.elapsed().as_nanos() as u64 > deadline {
-                    return Err(Error::Plain(format!(
-                        "TFLITE: the run was cancelled after MODEL_EXECUTION_TIMEOUT ({} ms)",
-                        limit.as_millis()
-                    )));
+                    return Err(Error::TimedOut {
+                        text: format!(
+                            "TFLITE: the run was cancelled after MODEL_EXECUTION_TIMEOUT ({} ms)",
+                            limit.as_millis()
+                        ),
+                        prefixed: false,
+                    });
                 }
                 return Err(Error::Plain(format!("TFLITE: LiteRT failed to run the model (status {status})")));
             }
+            let _copying = crate::exec::copy_clock::copying();
             let mut result = Outputs::with_capacity(n_out);
             for port in &self.outputs {
                 let dtype = our_type(port.element_type).unwrap_or(DataType::Float);

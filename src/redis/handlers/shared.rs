@@ -16,6 +16,7 @@ use crate::exec::dag::{OpKind, Plan, Slots};
 use crate::exec::run::{OpOutcome, Run};
 use crate::exec::{inline, queues};
 use crate::redis::blocking::Blocked;
+use crate::redis::latency;
 use crate::redis::reply::{error, send};
 use crate::redis::strings::{can_pin, pin_retained, OwnedStrings};
 use crate::redis::types::TENSOR_TYPE;
@@ -129,11 +130,13 @@ pub fn bind_keys(c: &Cmd, plan: &mut Plan, inputs: &[&[u8]], outputs: &[&[u8]]) 
 /// Runs the plan and answers with `reply`: inline on the main thread when the plan is known to be short
 /// (exec/inline.rs), else on the workers while the client is blocked.
 pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(*mut raw::RedisModuleCtx, &Run)) -> Result<()> {
+    let event = latency::event_of(c.args[0]);
     if let Some(limit) = inline_limit(&plan) {
         match Run::run_inline(plan, limit) {
             Ok(run) => {
                 inline::count(true);
                 reply(c.ctx, &run);
+                latency::record(c.ctx, event, run.age());
                 return Ok(());
             }
             // Stopped at the limit: it runs on the workers as if it had not started.
@@ -142,7 +145,12 @@ pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(*mut raw::RedisModuleCtx, &Ru
     }
     inline::count(false);
     let blocked = Blocked::new(c.ctx)?;
-    Run::submit(plan, queues(), move |run| blocked.complete(move |ctx| reply(ctx, &run)))
+    Run::submit(plan, queues(), move |run| {
+        blocked.complete(move |ctx| {
+            reply(ctx, &run);
+            latency::record(ctx, event, run.age());
+        })
+    })
 }
 
 /// How long the plan may run inline, if it may: every op runs a model that can be stopped early, on a CPU

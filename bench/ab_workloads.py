@@ -1,0 +1,124 @@
+"""Same-run A/B of module builds (or of one build with other load-time arguments) on the workloads whose cost a
+change to the engine or the backends' allocators may show in: the tiny ONNX model at 50 clients (req/s, and its
+ratio to PING), heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us), and RedisAI's TF fraud
+graph at 16 clients (req/s). Each variant runs on a server of its own; rounds are interleaved across the variants
+so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints every round and the median.
+
+    REDISAI_ONNX_LIB=… REDISAI_TF_LIB=… .venv/bin/python bench/ab_workloads.py \\
+        before=/tmp/old/target/release/libredisai.so after=target/release/libredisai.so [--rounds 3]
+    # a variant may add load-time arguments after a '+': name=path+ARG,VALUE,ARG,VALUE
+
+The TORCH backend is the libredisai_torch.so beside each module (build the old one from a worktree:
+`git worktree add /tmp/old <rev> && make -C /tmp/old build`).
+"""
+import argparse
+import os
+import random
+import statistics
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+
+def rows_blob(rows, cols, seed):
+    rng = random.Random(seed)
+    return struct.pack(f"<{rows * cols}f", *(rng.random() for _ in range(rows * cols)))
+
+
+def prepare(s):
+    bench.prepare_tiny(s)
+    with open(os.path.join(bench.DATA, "heavy.onnx"), "rb") as f:
+        s.cli("-x", "AI.MODELSTORE", "h", "ONNX", "CPU", "BLOB", stdin=f.read())
+    for rows in (1, 64):
+        s.cli("-x", "AI.TENSORSET", f"x{rows}", "FLOAT", str(rows), "256", "BLOB", stdin=rows_blob(rows, 256, rows))
+    with open(os.path.join(bench.DATA, "torch_slow.pt"), "rb") as f:
+        s.cli("-x", "AI.MODELSTORE", "t", "TORCH", "CPU", "BLOB", stdin=f.read())
+    s.cli("-x", "AI.TENSORSET", "tx", "FLOAT", "256", "256", "BLOB", stdin=rows_blob(256, 256, 7))
+    if bench.TF_LIB:
+        s.cli("-x", "AI.MODELSTORE", "fraud", "TF", "CPU", "INPUTS", "2", "transaction", "reference", "OUTPUTS", "1",
+              "output", "BLOB", stdin=bench.fraud_graph())
+        s.cli("-x", "AI.TENSORSET", "transaction", "FLOAT", "1", "30", "BLOB", stdin=rows_blob(1, 30, 1))
+        s.cli("-x", "AI.TENSORSET", "reference", "FLOAT", "1", "256", "BLOB", stdin=rows_blob(1, 256, 2))
+    for cmd in WORKLOADS.values():
+        if cmd[0] is not None:
+            reply = s.cli(*cmd[0])
+            assert reply == "OK", (cmd[0], reply)
+
+
+def single(cmd, n):
+    return lambda s: bench.single_client_p50(s.port, n, cmd)[1]
+
+
+def rps(cmd, clients, n):
+    return lambda s: bench.redis_benchmark(s.port, clients, n, *cmd)[0]
+
+
+FRAUD = ("AI.MODELEXECUTE", "fraud", "INPUTS", "2", "transaction", "reference", "OUTPUTS", "1", "out")
+WORKLOADS = {}  # name -> (command checked at start, measure(server) -> value, unit)
+
+
+def define(requests, heavy_runs, torch_runs):
+    WORKLOADS.update({
+        "PING req/s (50 clients)": (None, rps(("PING",), 50, requests), "req/s"),
+        "tiny ONNX req/s (50 clients)": (bench.EXECUTE, rps(bench.EXECUTE, 50, requests), "req/s"),
+        "heavy.onnx 1 row p50 us": (h := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x1", "OUTPUTS", "1", "y"),
+                                    single(h, heavy_runs), "us"),
+        "heavy.onnx 64 rows p50 us": (h64 := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x64", "OUTPUTS", "1", "y"),
+                                      single(h64, heavy_runs // 4), "us"),
+        "torch_slow.pt 256x256 p50 us": (t := ("AI.MODELEXECUTE", "t", "INPUTS", "1", "tx", "OUTPUTS", "1", "ty"),
+                                         single(t, torch_runs), "us"),
+    })
+    if bench.TF_LIB:
+        WORKLOADS["TF fraud req/s (16 clients)"] = (FRAUD, rps(FRAUD, 16, requests // 2), "req/s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("variants", nargs="+", help="name=module[+ARG,VALUE,...]")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=100000)
+    ap.add_argument("--heavy-runs", type=int, default=2000)
+    ap.add_argument("--torch-runs", type=int, default=300)
+    a = ap.parse_args()
+    define(a.requests, a.heavy_runs, a.torch_runs)
+    variants = []
+    for v in a.variants:
+        name, spec = v.split("=", 1)
+        path, _, extra = spec.partition("+")
+        variants.append((name, path, extra.split(",") if extra else []))
+    servers = {}
+    try:
+        for name, path, extra in variants:
+            bench.MODULE = path
+            servers[name] = bench.Server(extra=(["TF", bench.TF_LIB] if bench.TF_LIB else []) + extra)
+            prepare(servers[name])
+        res = {(n, w): [] for n, _, _ in variants for w in WORKLOADS}
+        for r in range(a.rounds):
+            for w, (_, measure, _) in WORKLOADS.items():
+                for name, _, _ in variants:
+                    try:
+                        res[(name, w)].append(measure(servers[name]))
+                    except (AssertionError, subprocess.CalledProcessError) as e:
+                        # One failed measurement (a run past MODEL_EXECUTION_TIMEOUT on a loaded machine): shown,
+                        # and left out of the median.
+                        print(f"{name}: {w}: failed: {e}", file=sys.stderr, flush=True)
+            print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        for s in servers.values():
+            s.stop()
+    base = variants[0][0]
+    print("%-30s %s" % ("workload (median of %d rounds)" % a.rounds,
+                        "".join("%14s" % n for n, _, _ in variants) + "   ratio to " + base))
+    for w, (_, _, unit) in WORKLOADS.items():
+        med = {n: statistics.median(res[(n, w)] or [float("nan")]) for n, _, _ in variants}
+        ratios = " ".join("%.3f" % (med[n] / med[base]) for n, _, _ in variants[1:])
+        print("%-30s %s   %s" % (w, "".join("%14.1f" % med[n] for n, _, _ in variants), ratios))
+        print("%-30s %s" % ("  rounds", "".join("%14s" % "/".join("%.0f" % x for x in res[(n, w)])
+                                                 for n, _, _ in variants)))
+
+
+if __name__ == "__main__":
+    main()

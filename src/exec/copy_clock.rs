@@ -1,0 +1,48 @@
+//! Time a worker spends copying a run's inputs into a backend and its outputs out (AI.INFO's `copy_*`): the
+//! backends wrap their conversions in `copying()`, and the run takes the sum after the backend returns. One
+//! counter per thread, so no lock and no allocation; a run is on one thread from start to end.
+
+use std::cell::Cell;
+use std::time::Instant;
+
+thread_local! {
+    static COPY_NS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts the time until it is dropped as copying.
+pub struct Copying(Instant);
+
+pub fn copying() -> Copying {
+    Copying(Instant::now())
+}
+
+impl Drop for Copying {
+    fn drop(&mut self) {
+        let ns = self.0.elapsed().as_nanos() as u64;
+        COPY_NS.with(|c| c.set(c.get().saturating_add(ns)));
+    }
+}
+
+/// The copying time counted on this thread since the last call, in µs (and restarts the count).
+pub fn take_us() -> u64 {
+    COPY_NS.with(|c| c.replace(0)) / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_what_the_guards_cover() {
+        take_us();
+        {
+            let _c = copying();
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        }
+        // Not counted: far longer than the guarded part could be stretched by a busy machine.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let us = take_us();
+        assert!((3000..60_000).contains(&us), "{us}");
+        assert_eq!(take_us(), 0);
+    }
+}
