@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=100000)
     ap.add_argument("--heavy-runs", type=int, default=2000)
-    ap.add_argument("--torch-runs", type=int, default=300)
+    ap.add_argument("--torch-runs", type=int, default=30)
     a = ap.parse_args()
     define(a.requests, a.heavy_runs, a.torch_runs)
     variants = []
@@ -116,8 +116,8 @@ def main():
         med = {n: statistics.median(res[(n, w)] or [float("nan")]) for n, _, _ in variants}
         ratios = " ".join("%.3f" % (med[n] / med[base]) for n, _, _ in variants[1:])
         print("%-30s %s   %s" % (w, "".join("%14.1f" % med[n] for n, _, _ in variants), ratios))
-        print("%-30s %s" % ("  rounds", "".join("%14s" % "/".join("%.0f" % x for x in res[(n, w)])
-                                                 for n, _, _ in variants)))
+        print("%-30s %s" % ("  rounds", "  ".join("%s: %s" % (n, "/".join("%.0f" % x for x in res[(n, w)]))
+                                                   for n, _, _ in variants)))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,14 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         let (pending, failed) = crate::exec::deferred::counts();
         raw::add_info_field_long_long(ctx, "models_pending_build", pending as i64);
         raw::add_info_field_long_long(ctx, "models_failed_build", failed as i64);
+        // What LiteRT holds now and how many of its allocations the backend memory bound refused (its allocation
+        // imports are counted: backends/tflite/alloc.rs); 0 until a TFLITE model is loaded.
+        #[cfg(feature = "tflite")]
+        {
+            let (bytes, refusals) = crate::backends::tflite::memory();
+            raw::add_info_field_unsigned_long_long(ctx, "tflite_memory", bytes);
+            raw::add_info_field_unsigned_long_long(ctx, "tflite_memory_refusals", refusals);
+        }
 
         // Per device queue: what waits, what runs, and how long requests waited (docs/commands.md,
         // "Observability"). Plain `name:value` fields, so that exporters scraping INFO need no custom code.

@@ -90,7 +90,12 @@ def test_info_modules_fields_are_redisais(shared_server, con):
         assert f in cpu, (f, list(cpu))
     assert list(sections["ai_redisai_rs"]) == ["ai_redisai_rs_version", "ai_backend_memory_bound", "ai_inline_runs",
                                                "ai_queued_runs", "ai_models_pending_build",
-                                               "ai_models_failed_build"]
+                                               "ai_models_failed_build", "ai_tflite_memory",
+                                               "ai_tflite_memory_refusals"]
+    # Ours after it: per device queue, then a line per model and script (docs/commands.md, "Observability").
+    assert names[5:] == ["ai_redisai_rs", "ai_queues", "ai_keys"], names
+    assert {"ai_queue_CPU_pending", "ai_queue_CPU_busy_workers", "ai_queue_CPU_wait_p99_us"} <= set(sections["ai_queues"])
+    assert "ai_model_m" in sections["ai_keys"], sections["ai_keys"]
 
 
 def test_module_finds_its_own_directory(shared_server, con):

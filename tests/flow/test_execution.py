@@ -22,8 +22,10 @@ from helpers.resp import RawClient, RespError, raw_command
 from helpers.server import MODULE_PATH, ONNX_LIB, SERVER_BIN, free_port
 
 BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
-# RedisAI's five sections in its order, then this module's own (its version and the backend memory bound).
-AI_SECTIONS = ["ai_versions", "ai_git", "ai_load_time_configs", "ai_backends_info", "ai_cpu", "ai_redisai_rs"]
+# RedisAI's five sections in its order, then this module's own (its version and the backend memory bound, the
+# device queues, a line per model and script).
+AI_SECTIONS = ["ai_versions", "ai_git", "ai_load_time_configs", "ai_backends_info", "ai_cpu", "ai_redisai_rs",
+               "ai_queues", "ai_keys"]
 
 
 def onnx_args():

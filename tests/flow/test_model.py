@@ -16,7 +16,8 @@ import redis
 
 from helpers.checks import WRONGTYPE, check_error, check_error_raw
 from helpers.data import weights
-from helpers.onnx_models import ai_info, blob, get_tensor, model_execute, set_tensor, store, wide_model
+from helpers.onnx_models import (AI_INFO_LEN, OUR_INFO_FIELDS, ai_info, blob, get_tensor, model_execute, set_tensor,
+                                 store, wide_model)
 from helpers.resp import RawClient, RespError, raw_command
 
 
@@ -772,11 +773,15 @@ def test_modelrun_errors(mul_setup, port, case):
 # AI.INFO (§1.15, §3.4)
 
 
+# A model's AI.INFO before any run (and after RESETSTAT): RedisAI's fields, then ours, all zero.
+FRESH_INFO = [b"key", b"m", b"type", b"MODEL", b"backend", b"ONNX", b"device", b"CPU", b"tag", b"v1",
+              b"duration", 0, b"samples", 0, b"calls", 0, b"errors", 0]
+FRESH_INFO += [x for f in OUR_INFO_FIELDS for x in (f.encode(), 0)]
+
+
 def test_ai_info(con, port):
     store(con, "m", "linear", "TAG", "v1")
-    assert con.execute_command("AI.INFO", "m") == [
-        b"key", b"m", b"type", b"MODEL", b"backend", b"ONNX", b"device", b"CPU", b"tag", b"v1",
-        b"duration", 0, b"samples", 0, b"calls", 0, b"errors", 0]
+    assert con.execute_command("AI.INFO", "m") == FRESH_INFO
     for batch in (1, 5, 3):
         set_tensor(con, "x", np.ones((batch, 4), dtype=np.float32))
         model_execute(con, "m", ["x"], ["y"])
@@ -794,12 +799,10 @@ def test_ai_info(con, port):
     assert info2["duration"] >= info["duration"]
     # RESETSTAT
     assert raw_command(port, "AI.INFO", "m", "RESETSTAT") == "OK"
-    assert con.execute_command("AI.INFO", "m") == [
-        b"key", b"m", b"type", b"MODEL", b"backend", b"ONNX", b"device", b"CPU", b"tag", b"v1",
-        b"duration", 0, b"samples", 0, b"calls", 0, b"errors", 0]
+    assert con.execute_command("AI.INFO", "m") == FRESH_INFO
     assert con.execute_command("AI.INFO", "m", "resetstat") == b"OK"
     # any other third argument is ignored
-    assert len(con.execute_command("AI.INFO", "m", "whatever")) == 18
+    assert len(con.execute_command("AI.INFO", "m", "whatever")) == AI_INFO_LEN
     # two outputs: samples = dim 0 of the first output
     store(con, "t", "two_outputs")
     set_tensor(con, "x2", np.ones((6, 2), dtype=np.float32))
