@@ -51,10 +51,12 @@ GPU_ON = $(filter-out 0 no,$(GPU))
 PYTEST_ARGS ?= -q
 DIST_DIR := $(CURDIR)/target/dist
 DIST_TARBALL = $(DIST_DIR)/redisai-rs-$(shell awk -F'"' '/^version = / { print $$2; exit }' Cargo.toml)-linux-x86_64.tar.gz
+# `make wheel` writes the one redisai_rs-<version>-py3-none-manylinux_2_<n>_x86_64.whl here.
+WHEEL_DIR := $(CURDIR)/target/wheel
 PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB) \
-  REDISAI_DIST=$(DIST_TARBALL)
+  REDISAI_DIST=$(DIST_TARBALL) REDISAI_WHEEL=$(WHEEL_DIR)
 
-.PHONY: help build dist gpu-bundle run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
+.PHONY: help build dist wheel gpu-bundle run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
@@ -81,6 +83,9 @@ build: fetch-backends ## Build target/release/libredisai.so and its TORCH backen
 dist: build ## Tarball in RedisAI's layout (redisai.so + backends/redisai_<backend>/) in target/dist
 	scripts/dist.sh $(DIST_DIR)
 
+wheel: build ## Python wheel in target/wheel: module + TORCH backend + launcher, backends as pinned dependencies
+	python3 scripts/build-wheel.py $(WHEEL_DIR)
+
 gpu-bundle: GPU := 1
 gpu-bundle: build venv ## Small tarball (~3 MB) in target/dist to run scripts/gpu-check.sh on a GPU machine
 	scripts/gpu-build.sh bundle $(DIST_DIR)
@@ -90,13 +95,16 @@ run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module,
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 --loadmodule $(MODULE) \
 	  $(if $(GPU_ON),$$(scripts/gpu-build.sh load-args),ONNX $(ORT_LIB)) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
-test: build venv dist ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
+# tests/flow/test_wheel.py (two fresh venvs from the wheel, about 40 s) runs on the first server only.
+test: build venv dist wheel ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
 	servers=$$(scripts/servers.sh $(VENV)); eval "$$servers"; \
 	export $(PYTEST_ENV); \
+	once=; \
 	for server in $$redis70 $$REDIS82_SERVER $$VALKEY91_SERVER; do \
-	  REDIS_SERVER=$$server scripts/run-pytest.sh "$$($$server --version)" $(PYTEST_ARGS) tests/flow; \
+	  REDIS_SERVER=$$server scripts/run-pytest.sh "$$($$server --version)" $(PYTEST_ARGS) tests/flow $$once; \
+	  once=--ignore=tests/flow/test_wheel.py; \
 	done
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
