@@ -80,6 +80,12 @@ def backend_wheelhouse():
     """The wheelhouse dirs of every backend (fetch-backend.sh downloads only what the cache lacks)."""
     out = run([REPO_ROOT / "scripts" / "fetch-backend.sh", "--wheels", "all"]).stdout.split()
     assert len(out) == len(PINS), out
+    # fetch-backend.sh resolves the backend wheels for CPython 3.11: a venv of another Python cannot take them.
+    here = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    other = [w.name for d in out for w in Path(d).glob("*.whl") if "-cp3" in w.name and f"-{here}-" not in w.name]
+    if other:
+        pytest.fail(f"the wheelhouse holds wheels for another Python than this {here} ({other}): run the flow "
+                    "tests with Python 3.11 (.venv, make venv)", pytrace=False)
     return out
 
 
