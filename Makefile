@@ -95,7 +95,7 @@ run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module,
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 --loadmodule $(MODULE) \
 	  $(if $(GPU_ON),$$(scripts/gpu-build.sh load-args),ONNX $(ORT_LIB)) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
-# tests/flow/test_wheel.py (two fresh venvs from the wheel, about 40 s) runs on the first server only.
+# tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) runs on the first server only.
 test: build venv dist wheel ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
