@@ -141,9 +141,10 @@ leakcheck-build: fetch-backends ## Build the module with the system allocator in
 leakcheck: venv $(if $(filter $(CURDIR)/$(LEAKCHECK_DIR)/%,$(LEAKCHECK_MODULE)),leakcheck-build) ## ~1.5 min ONNX workload under valgrind: fails on definite leaks or memory errors
 	$(PYTEST_ENV) REDISAI_MODULE=$(LEAKCHECK_MODULE) $(PYTHON) tests/reliability/leakcheck.py $(SEED_ARG)
 
-lint: fetch-backends ## cargo fmt --check and clippy with warnings as errors
+lint: fetch-backends ## cargo fmt --check, clippy with warnings as errors, no import cycle in src/ (scripts/check-imports.py)
 	cargo fmt --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	python3 scripts/check-imports.py --self-test src
 
 clean: ## cargo clean and remove .venv (the backend cache stays)
 	cargo clean

@@ -3,9 +3,7 @@
 
 use thiserror::Error;
 
-/// Largest tensor payload accepted from a client or an RDB file. Bounds every allocation a
-/// declared shape can cause, so a typo in a shape is an error reply rather than an abort in Redis.
-pub const MAX_TENSOR_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+pub use crate::limits::MAX_TENSOR_BYTES;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum Error {
@@ -23,7 +21,7 @@ pub enum Error {
     InvalidShape,
     #[error("tensor size exceeds the limit of {MAX_TENSOR_BYTES} bytes")]
     TensorTooLarge,
-    #[error("tensor rank exceeds the limit of {} dimensions", crate::tensor::MAX_DIMS)]
+    #[error("tensor rank exceeds the limit of {} dimensions", crate::limits::MAX_DIMS)]
     TensorRankTooLarge,
     #[error("a single binary string should come after the BLOB argument in 'AI.TENSORSET' command")]
     BlobArgument,

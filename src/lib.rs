@@ -2,6 +2,7 @@
 //! data, compatible with RedisAI 1.2.7. `redis/` is the only FFI layer; the rest is plain Rust.
 
 pub mod admission;
+pub mod backend_kind;
 pub mod backends;
 pub mod commands;
 pub mod config;
@@ -9,11 +10,13 @@ pub mod device;
 pub mod error;
 pub mod exec;
 pub mod histogram;
+pub mod limits;
 pub mod log;
 pub mod model;
 pub mod rdb;
 mod redis;
 pub mod reply;
 pub mod script;
+pub mod script_spec;
 pub mod stats;
 pub mod tensor;

@@ -5,55 +5,17 @@ use std::sync::Arc;
 use crate::backends::{self, LoadOptions, LoadedModel};
 use crate::config::CONFIG;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::deferred::Handle;
 use crate::exec::inline::RunHistory;
-use crate::exec::queue::Queue;
 use crate::stats::{self, EntryKind, Stats};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    Tf,
-    TfLite,
-    Torch,
-    Onnx,
-}
-
-impl BackendKind {
-    const ALL: [BackendKind; 4] = [BackendKind::Tf, BackendKind::TfLite, BackendKind::Torch, BackendKind::Onnx];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Tf => "TF",
-            BackendKind::TfLite => "TFLITE",
-            BackendKind::Torch => "TORCH",
-            BackendKind::Onnx => "ONNX",
-        }
-    }
-    pub fn parse(s: &[u8]) -> Result<BackendKind> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|b| b.name().as_bytes().eq_ignore_ascii_case(s))
-            .ok_or(Error::UnsupportedBackend)
-    }
-    /// The number RedisAI writes to the RDB.
-    pub fn code(self) -> u64 {
-        self as u64
-    }
-    pub fn from_code(c: u64) -> Option<BackendKind> {
-        BackendKind::ALL.get(c as usize).copied()
-    }
-}
+pub use crate::backend_kind::BackendKind;
 
 /// An input or output count that is not known, so not checked (see `Model::io_counts`).
 pub const ANY_COUNT: usize = usize::MAX;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BatchOpts {
-    pub size: u64,
-    pub min_size: u64,
-    pub min_timeout_ms: u64,
-}
+pub use crate::exec::batch::BatchOpts;
 
 /// Everything a model is declared with; what the RDB, AOF and MODELGET carry.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,8 +38,8 @@ pub struct Model {
     pub stats: Arc<Stats>,
     /// Recent run times, for running short requests inline (exec/inline.rs).
     pub history: RunHistory,
-    /// Its device's queue, once looked up: every request needs it, and queues live as long as the module.
-    queue: std::sync::OnceLock<Arc<Queue>>,
+    /// The number of its device's queue, once looked up (`exec::model_queue`).
+    pub queue_slot: std::sync::OnceLock<usize>,
 }
 
 impl Model {
@@ -118,7 +80,7 @@ impl Model {
 
     fn new(key: &[u8], spec: ModelSpec, handle: Arc<Handle>) -> Model {
         let stats = Arc::new(Stats::new(key, EntryKind::Model, spec.backend.name(), &spec.device.name, &spec.tag));
-        Model { spec, handle, stats, history: RunHistory::default(), queue: std::sync::OnceLock::new() }
+        Model { spec, handle, stats, history: RunHistory::default(), queue_slot: std::sync::OnceLock::new() }
     }
 
     /// The numbers of inputs and outputs requests are checked against. A model kept without names whose backend
@@ -130,15 +92,6 @@ impl Model {
         } else {
             (self.spec.inputs.len(), self.spec.outputs.len())
         }
-    }
-
-    /// The queue of the model's device (created, with its workers, on first use).
-    pub fn queue(&self) -> Result<&Arc<Queue>> {
-        if let Some(q) = self.queue.get() {
-            return Ok(q);
-        }
-        let q = crate::exec::queue_of(&self.spec.device.queue_key())?;
-        Ok(self.queue.get_or_init(|| q))
     }
 
     /// The backend's model, waiting for a deferred build to finish: never on the main thread (see `built`).
@@ -172,19 +125,4 @@ fn load_handle(spec: &ModelSpec) -> Result<Box<dyn LoadedModel>> {
         outputs: spec.outputs.clone(),
     };
     backends::load_model(spec.backend, spec.blob.clone(), &opts)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backend_names_and_codes() {
-        for b in BackendKind::ALL {
-            assert_eq!(BackendKind::parse(b.name().to_lowercase().as_bytes()), Ok(b));
-            assert_eq!(BackendKind::from_code(b.code()), Some(b));
-        }
-        assert_eq!(BackendKind::Onnx.code(), 3);
-        assert_eq!(BackendKind::parse(b"PYTORCH"), Err(Error::UnsupportedBackend));
-    }
 }

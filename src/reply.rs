@@ -4,6 +4,15 @@ use std::borrow::Cow;
 
 use crate::error::Error;
 
+/// What AI.TENSORGET (and a DAG's TENSORGET) replies with: `META`, `BLOB` or `VALUES` (commands/tensor.rs
+/// parses it; the reply's layout is in `tensor_reply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GetFormat {
+    pub meta: bool,
+    pub blob: bool,
+    pub values: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply<'a> {
     Simple(&'static str),

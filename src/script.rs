@@ -7,14 +7,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stats::{self, EntryKind, Stats};
 
-/// How a script function receives its tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallStyle {
-    /// `def f(tensors: List[Tensor], keys: List[str], args: List[str])` (AI.SCRIPTEXECUTE).
-    EntryPoint,
-    /// Tensor parameters, the ones from `list_from` on (`$`) as a List[Tensor] (AI.SCRIPTRUN).
-    Positional { list_from: Option<usize> },
-}
+pub use crate::script_spec::{CallStyle, ScriptSpec};
 
 /// Whom a run acts for: what scripts' `redis.execute` and `redisAI.model_execute` (and TorchScript models that
 /// call them) run as. Callbacks act with the client's ACL user, never as the module's superuser context.
@@ -43,17 +36,6 @@ pub fn with_caller<R>(caller: &Caller, f: impl FnOnce() -> R) -> R {
 
 pub fn current_caller() -> Caller {
     CALLER.with(|c| c.borrow().clone())
-}
-
-/// Everything a script is declared with; what the RDB, AOF and SCRIPTGET carry.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScriptSpec {
-    /// As given (RedisAI does not validate it at the command level; the backend does).
-    pub device_name: String,
-    pub tag: Vec<u8>,
-    pub source: String,
-    /// Empty for scripts stored with the deprecated AI.SCRIPTSET.
-    pub entry_points: Vec<String>,
 }
 
 pub struct Script {

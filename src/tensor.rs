@@ -3,8 +3,7 @@
 
 use crate::error::{Error, Result, MAX_TENSOR_BYTES};
 
-/// Most dimensions a tensor may have; bounds the shape vector an RDB payload can make us allocate.
-pub const MAX_DIMS: usize = 64;
+pub use crate::limits::MAX_DIMS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DataType {

@@ -13,8 +13,8 @@ pub mod protobuf;
 pub mod tensorflow;
 pub mod tflite;
 
+use crate::backend_kind::BackendKind;
 use crate::error::{Error, Result};
-use crate::model::BackendKind;
 
 /// A name from a model, printable and short enough for an error reply (no CR/LF can reach RESP).
 pub(crate) fn show(name: &[u8]) -> String {

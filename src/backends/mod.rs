@@ -20,10 +20,10 @@ pub mod torch_abi;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::backend_kind::BackendKind;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::model::BackendKind;
-use crate::script::{CallStyle, ScriptSpec};
+use crate::script_spec::{CallStyle, ScriptSpec};
 use crate::tensor::Tensor;
 
 pub struct LoadOptions {

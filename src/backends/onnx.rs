@@ -11,7 +11,7 @@ use ort::environment::Environment;
 use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
-use super::onnx_run::{Direct, InputCache};
+use super::onnx_run::{backend_err, Direct, InputCache};
 use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
@@ -83,18 +83,6 @@ fn library_version(path: &str) -> Option<String> {
         libc::dlclose(h);
         v
     }
-}
-
-pub(super) fn backend_err(e: impl std::fmt::Display) -> Error {
-    Error::Plain(redisai_wording(&e.to_string()))
-}
-
-/// ONNX Runtime's messages in the wording RedisAI's runtime (1.11) used, where a newer runtime reworded them:
-/// clients and tests match substrings of these texts.
-fn redisai_wording(msg: &str) -> String {
-    const REWORDED: &[(&str, &str)] =
-        &[("Please fix either the inputs/outputs or the model.", "Please fix either the inputs or the model")];
-    REWORDED.iter().fold(msg.to_string(), |m, (new, old)| m.replace(new, old))
 }
 
 pub struct OnnxModel {
@@ -449,7 +437,7 @@ mod tests {
     #[test]
     fn messages_keep_redisais_wording() {
         assert_eq!(
-            super::redisai_wording(
+            crate::backends::onnx_run::redisai_wording(
                 "Invalid rank for input: X Got: 1 Expected: 2 Please fix either the inputs/outputs or the model."
             ),
             "Invalid rank for input: X Got: 1 Expected: 2 Please fix either the inputs or the model"

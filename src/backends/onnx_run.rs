@@ -70,7 +70,7 @@ fn check(status: OrtStatusPtr) -> Result<()> {
         (api.ReleaseStatus)(status.as_ptr());
         msg
     };
-    Err(super::onnx::backend_err(msg))
+    Err(backend_err(msg))
 }
 
 /// OrtValues this run owns, released when it ends however it ends.
@@ -256,4 +256,16 @@ fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
     };
     // Little-endian, as tensor data is (`Direct::new`).
     Tensor::from_blob(dt, &shape[..], bytes)
+}
+
+pub(super) fn backend_err(e: impl std::fmt::Display) -> Error {
+    Error::Plain(redisai_wording(&e.to_string()))
+}
+
+/// ONNX Runtime's messages in the wording RedisAI's runtime (1.11) used, where a newer runtime reworded them:
+/// clients and tests match substrings of these texts.
+pub(super) fn redisai_wording(msg: &str) -> String {
+    const REWORDED: &[(&str, &str)] =
+        &[("Please fix either the inputs/outputs or the model.", "Please fix either the inputs or the model")];
+    REWORDED.iter().fold(msg.to_string(), |m, (new, old)| m.replace(new, old))
 }

@@ -11,7 +11,7 @@ use super::{LibrarySlot, LoadOptions, LoadedModel, LoadedScript, Outputs};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::script::{CallStyle, ScriptSpec};
+use crate::script_spec::{CallStyle, ScriptSpec};
 use crate::tensor::{DataType, Tensor};
 
 pub const LIB_NAME: &str = "libredisai_torch.so";

@@ -262,7 +262,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
                 let (inputs, outputs) = bind(&mut plan, &mut names, &call.inputs, &call.outputs)?;
                 let device = script.queue_key();
                 plan.replies.push(ReplyItem::Op(plan.ops.len()));
-                plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });
+                plan.ops.push(Op { kind: OpKind::script(script, call.op_args(), inputs, outputs), device });
             }
         }
     }

@@ -96,6 +96,13 @@ pub struct ScriptCall<'a> {
     pub timeout: Option<Duration>,
 }
 
+impl<'a> ScriptCall<'a> {
+    /// What the engine's script op takes of the call.
+    pub fn op_args(&'a self) -> crate::exec::dag::ScriptArgs<'a> {
+        crate::exec::dag::ScriptArgs { function: self.function, style: self.style, keys: &self.keys, args: &self.args }
+    }
+}
+
 /// `AI.SCRIPTEXECUTE <key> <fn> [KEYS n ..] [INPUTS n ..] [ARGS n ..] [OUTPUTS n ..] [TIMEOUT ms]`, after the
 /// script was found. `in_dag` lifts the KEYS-or-INPUTS-first rule, as in RedisAI.
 pub fn parse_scriptexecute<'a>(argv: &[&'a [u8]], in_dag: bool) -> Result<ScriptCall<'a>> {

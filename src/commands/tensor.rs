@@ -52,12 +52,7 @@ pub fn parse_tensor_args(args: &[&[u8]], adopt: &dyn Fn(usize) -> Option<Arc<dyn
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GetFormat {
-    pub meta: bool,
-    pub blob: bool,
-    pub values: bool,
-}
+pub use crate::reply::GetFormat;
 
 /// The format words of `AI.TENSORGET <key> [META] [BLOB | VALUES]` (any order, repeats allowed).
 pub fn parse_tensorget_format(words: &[&[u8]]) -> Result<GetFormat> {
@@ -97,8 +92,7 @@ pub fn tensorset_words(t: &Tensor) -> smallvec::SmallVec<[Word; 6]> {
     words
 }
 
-/// One word of a command the module writes (a type name, a dimension): on the stack.
-pub type Word = smallvec::SmallVec<[u8; 24]>;
+pub use crate::exec::dag::Word;
 
 /// Arity of AI.TENSORGET, checked before the key is looked up.
 pub fn check_tensorget_arity(argv: &[&[u8]]) -> Result<()> {

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::commands::script::ScriptCall;
-use crate::commands::tensor::{GetFormat, Word};
 use crate::model::Model;
+use crate::reply::GetFormat;
 use crate::script::{CallStyle, Script};
 use crate::tensor::Tensor;
 
@@ -42,11 +41,22 @@ pub struct Op {
     pub device: std::sync::Arc<str>,
 }
 
+/// One word of a command the module writes (a type name, a dimension, a key to persist): on the stack.
+pub type Word = SmallVec<[u8; 24]>;
+
+/// What a script op is called with (AI.SCRIPTEXECUTE's and AI.SCRIPTRUN's words, parsed by commands/script.rs).
+pub struct ScriptArgs<'a> {
+    pub function: &'a [u8],
+    pub style: CallStyle,
+    pub keys: &'a [&'a [u8]],
+    pub args: &'a [&'a [u8]],
+}
+
 impl OpKind {
     /// A script call (AI.SCRIPTEXECUTE / AI.SCRIPTRUN) reading `inputs` and writing `outputs`. As in RedisAI,
     /// AI.SCRIPTEXECUTE of a function that is not an entry point (e.g. in a script stored with AI.SCRIPTSET)
     /// makes a best-effort positional call.
-    pub fn script(script: Arc<Script>, call: &ScriptCall, inputs: Slots, outputs: Slots) -> OpKind {
+    pub fn script(script: Arc<Script>, call: ScriptArgs, inputs: Slots, outputs: Slots) -> OpKind {
         let entry_point = script.spec.entry_points.iter().any(|e| e.as_bytes() == call.function);
         let style = match call.style {
             CallStyle::EntryPoint if !entry_point => CallStyle::Positional { list_from: None },

@@ -14,15 +14,31 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 
+/// A device queue of run entries.
+pub type DeviceQueue = queue::Queue<run::Entry>;
+
 /// The module's device queues, sized by THREADS_PER_QUEUE (fixed at load time) on first use.
-pub fn queues() -> &'static queue::Queues {
-    static QUEUES: OnceLock<queue::Queues> = OnceLock::new();
+pub fn queues() -> &'static queue::Queues<run::Entry> {
+    static QUEUES: OnceLock<queue::Queues<run::Entry>> = OnceLock::new();
     QUEUES.get_or_init(|| queue::Queues::new(crate::config::CONFIG.read().threads_per_queue))
 }
 
 /// The queue of `device` (upper-cased device string), created with its workers on first use.
-pub fn queue_of(device: &str) -> Result<Arc<queue::Queue>> {
+pub fn queue_of(device: &str) -> Result<Arc<DeviceQueue>> {
     queues().get(device).map_err(queue_unavailable)
+}
+
+/// The queue of a model's device (created, with its workers, on first use), remembered in the model: every
+/// request needs it, and queues live as long as the module.
+pub fn model_queue(model: &crate::model::Model) -> Result<&'static Arc<DeviceQueue>> {
+    let slot = match model.queue_slot.get() {
+        Some(&slot) => slot,
+        None => {
+            let slot = queues().number(&model.spec.device.queue_key()).map_err(queue_unavailable)?;
+            *model.queue_slot.get_or_init(|| slot)
+        }
+    };
+    queues().at(slot).ok_or_else(|| queue_unavailable(std::io::Error::other("no such queue")))
 }
 
 /// RedisAI's error when a device's queue cannot be made (too many queues, or its threads would not start).

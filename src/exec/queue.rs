@@ -1,23 +1,33 @@
 //! Device queues: a deque of run entries and a condition variable, served by N worker threads that
-//! sleep until work arrives (an idle module uses no CPU).
+//! sleep until work arrives (an idle module uses no CPU). Generic over what is queued (`Job`: a run's entry,
+//! exec/run.rs), so that this file does not depend on runs.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use std::time::Instant;
 
-use super::batch::{take_work, Work};
-use super::run::{step_batch, Entry};
+use super::batch::{take_work, Queued, Work};
 use crate::histogram::Histogram;
 
-pub struct Queue {
+/// What a queue holds and how a worker runs it.
+pub trait Job: Queued + Send + Sized + 'static {
+    /// Called as it goes on its queue.
+    fn mark_queued(&mut self);
+    /// Runs its next step.
+    fn step(self);
+    /// Runs the next steps of several as one batch (same model, compatible inputs: `Queued::batch_key`).
+    fn step_batch(jobs: Vec<Self>);
+}
+
+pub struct Queue<J> {
     pub name: String,
-    deque: Mutex<VecDeque<Entry>>,
+    deque: Mutex<VecDeque<J>>,
     cv: Condvar,
     /// Each worker's CPU-time clock, in creation order (INFO's `ai_queue_<DEV>_bthread_n<i>_used_cpu_total`).
     clocks: Mutex<Vec<libc::clockid_t>>,
@@ -29,9 +39,14 @@ pub struct Queue {
     busy: AtomicUsize,
 }
 
+/// A queue whose workers a deferred push still has to wake (`flush_wakeups`), whatever it holds.
+trait Wake: Send + Sync {
+    fn wake_deferred(&self);
+}
+
 thread_local! {
     static DEFER: Cell<bool> = const { Cell::new(false) };
-    static DEFERRED: RefCell<Vec<Arc<Queue>>> = const { RefCell::new(Vec::new()) };
+    static DEFERRED: RefCell<Vec<Arc<dyn Wake>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// From now on, work pushed by the calling thread (Redis's main thread) wakes the workers only at
@@ -46,16 +61,7 @@ pub fn defer_wakeups_on_this_thread() {
 pub fn flush_wakeups() {
     let queues = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
     for q in &queues {
-        q.wake_pending.store(false, Ordering::Release);
-        match q.len() {
-            0 => {}
-            1 => {
-                q.cv.notify_one();
-            }
-            _ => {
-                q.cv.notify_all();
-            }
-        }
+        q.wake_deferred();
     }
     // Keep the list's capacity for the next iteration.
     DEFERRED.with(|d| {
@@ -83,16 +89,31 @@ fn cpu_time(clock: libc::clockid_t) -> Option<(i64, i64)> {
     (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then_some((ts.tv_sec, ts.tv_nsec / 1000))
 }
 
-impl Queue {
+impl<J: Job> Wake for Queue<J> {
+    fn wake_deferred(&self) {
+        self.wake_pending.store(false, Ordering::Release);
+        match self.len() {
+            0 => {}
+            1 => {
+                self.cv.notify_one();
+            }
+            _ => {
+                self.cv.notify_all();
+            }
+        }
+    }
+}
+
+impl<J: Job> Queue<J> {
     /// Puts an entry that has not started (or that waited for inputs) at the back.
-    pub fn push_back(self: &Arc<Self>, mut e: Entry) {
+    pub fn push_back(self: &Arc<Self>, mut e: J) {
         e.mark_queued();
         self.deque.lock().push_back(e);
         self.signal();
     }
 
     /// Puts an entry that just made progress at the front, so its next op runs without waiting behind others.
-    pub fn push_front(self: &Arc<Self>, mut e: Entry) {
+    pub fn push_front(self: &Arc<Self>, mut e: J) {
         e.mark_queued();
         self.deque.lock().push_front(e);
         self.signal();
@@ -101,7 +122,7 @@ impl Queue {
     fn signal(self: &Arc<Self>) {
         if DEFER.with(Cell::get) {
             if !self.wake_pending.swap(true, Ordering::AcqRel) {
-                DEFERRED.with(|d| d.borrow_mut().push(self.clone()));
+                DEFERRED.with(|d| d.borrow_mut().push(self.clone() as Arc<dyn Wake>));
             }
         } else {
             self.cv.notify_one();
@@ -117,7 +138,7 @@ impl Queue {
 
     /// The next work, sleeping on the condition variable until there is some: woken by a push, or at
     /// the earliest MINBATCHTIMEOUT / TIMEOUT of a batch that is still waiting for requests.
-    fn next_work(&self) -> Work<Entry> {
+    fn next_work(&self) -> Work<J> {
         let mut q = self.deque.lock();
         loop {
             let (work, wake_at) = take_work(&mut q, Instant::now());
@@ -162,7 +183,7 @@ impl Queue {
             // Ops catch their own panics; this only guards the bookkeeping around them.
             let done = catch_unwind(AssertUnwindSafe(|| match work {
                 Work::One(e) => e.step(),
-                Work::Batch(es) => step_batch(es),
+                Work::Batch(es) => J::step_batch(es),
             }));
             self.busy.fetch_sub(1, Ordering::Relaxed);
             if done.is_err() {
@@ -176,26 +197,41 @@ impl Queue {
 pub const MAX_QUEUES: usize = 128;
 
 /// All device queues, created on first use.
-pub struct Queues {
+pub struct Queues<J> {
     threads_per_queue: usize,
     /// Few (one per device string in use), looked up on every request: a short list scans faster than a hash
     /// map hashes.
-    map: RwLock<Vec<Arc<Queue>>>,
+    map: RwLock<Vec<Arc<Queue<J>>>>,
+    /// The same queues by number, in creation order, readable without a lock (`at`): a model keeps its
+    /// queue's number (`Model::queue_slot`).
+    slots: [OnceLock<Arc<Queue<J>>>; MAX_QUEUES],
     workers: AtomicUsize,
 }
 
-impl Queues {
-    pub fn new(threads_per_queue: usize) -> Queues {
+impl<J: Job> Queues<J> {
+    pub fn new(threads_per_queue: usize) -> Queues<J> {
         Queues {
             threads_per_queue: threads_per_queue.max(1),
             map: RwLock::new(Vec::new()),
+            slots: std::array::from_fn(|_| OnceLock::new()),
             workers: AtomicUsize::new(0),
         }
     }
 
+    /// The queue numbered `slot` (see `number`).
+    pub fn at(&self, slot: usize) -> Option<&Arc<Queue<J>>> {
+        self.slots.get(slot)?.get()
+    }
+
+    /// The number of the queue of `device`, creating it as `get` does.
+    pub fn number(&self, device: &str) -> std::io::Result<usize> {
+        self.get(device)?;
+        Ok(self.map.read().iter().position(|q| q.name == device).unwrap_or(usize::MAX))
+    }
+
     /// The queue of `device` (upper-cased device string), starting its workers if it is new. Queues live
     /// as long as the module, so their number is capped (each has THREADS_PER_QUEUE threads).
-    pub fn get(&self, device: &str) -> std::io::Result<Arc<Queue>> {
+    pub fn get(&self, device: &str) -> std::io::Result<Arc<Queue<J>>> {
         if let Some(q) = self.map.read().iter().find(|q| q.name == device) {
             return Ok(q.clone());
         }
@@ -225,6 +261,7 @@ impl Queues {
             }
             self.workers.fetch_add(1, Ordering::Relaxed);
         }
+        let _ = self.slots[map.len()].set(q.clone());
         map.push(q.clone());
         Ok(q)
     }
@@ -235,8 +272,8 @@ impl Queues {
     }
 
     /// Every queue, by name.
-    pub fn all(&self) -> Vec<Arc<Queue>> {
-        let mut v: Vec<Arc<Queue>> = self.map.read().clone();
+    pub fn all(&self) -> Vec<Arc<Queue<J>>> {
+        let mut v: Vec<Arc<Queue<J>>> = self.map.read().clone();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }

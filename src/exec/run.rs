@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use super::batch::{BatchKey, Queued};
 use super::copy_clock;
 use super::dag::{OpKind, Plan};
-use super::queue::{Queue, Queues};
+use super::queue::{Job, Queue, Queues};
 use crate::backends::{LoadedModel, Outputs};
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
@@ -66,7 +66,7 @@ pub struct Run {
     deadline: Option<Instant>,
     /// When the run was made (the command's arrival, as far as AI.INFO's `total_*` is concerned).
     created: Instant,
-    queues: Vec<Arc<Queue>>,
+    queues: Vec<Arc<Queue<Entry>>>,
     device_ops: Vec<Vec<usize>>,
     completion: Mutex<Option<Completion>>,
 }
@@ -83,7 +83,7 @@ pub struct Entry {
 
 impl Run {
     /// Queues the plan: one entry per device. `done` is called exactly once, on a worker thread.
-    pub fn submit(plan: Plan, queues: &Queues, done: impl FnOnce(Arc<Run>) + Send + 'static) -> Result<()> {
+    pub fn submit(plan: Plan, queues: &Queues<Entry>, done: impl FnOnce(Arc<Run>) + Send + 'static) -> Result<()> {
         let run = Run::new(plan, queues, Box::new(done))?;
         if run.device_ops.is_empty() {
             run.complete();
@@ -95,7 +95,7 @@ impl Run {
         Ok(())
     }
 
-    fn new(plan: Plan, queues: &Queues, done: Completion) -> Result<Arc<Run>> {
+    fn new(plan: Plan, queues: &Queues<Entry>, done: Completion) -> Result<Arc<Run>> {
         let devices = plan.device_ops();
         let qs = devices
             .iter()
@@ -297,13 +297,6 @@ impl Entry {
         drop(self);
     }
 
-    /// Called as it goes on its queue.
-    pub(super) fn mark_queued(&mut self) {
-        if stats::detailed() {
-            self.pushed_at = Instant::now();
-        }
-    }
-
     /// How long it has waited on its queue, recorded in the queue's figures.
     fn waited(&self) -> u64 {
         if !stats::detailed() {
@@ -406,6 +399,22 @@ impl Entry {
             drop(inputs);
             entry.complete(result);
         }
+    }
+}
+
+impl Job for Entry {
+    fn mark_queued(&mut self) {
+        if stats::detailed() {
+            self.pushed_at = Instant::now();
+        }
+    }
+
+    fn step(self) {
+        Entry::step(self)
+    }
+
+    fn step_batch(jobs: Vec<Entry>) {
+        step_batch(jobs)
     }
 }
 

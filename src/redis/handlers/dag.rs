@@ -56,7 +56,7 @@ fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     set_caller(c, &mut plan, matches!(kind, DagKind::ExecuteRo | DagKind::RunRo));
     for op in &plan.ops {
         match &op.kind {
-            OpKind::Model { model, .. } => model.queue().map(drop)?,
+            OpKind::Model { model, .. } => crate::exec::model_queue(model).map(drop)?,
             _ => ensure_queue(&op.device)?,
         }
     }

@@ -47,7 +47,7 @@ fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]], keep: bool) -> Res
 }
 
 fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Result<()> {
-    model.queue()?;
+    crate::exec::model_queue(&model)?;
     let k = Key::open_name(ctx, key, true);
     k.check_type(&MODEL_TYPE)?;
     let model = Arc::new(model);
@@ -92,7 +92,7 @@ fn execute(c: &Cmd, parse: ExecuteParser) -> Result<()> {
     let args = parse(&c.args, ni, no)?;
     let mut plan = Plan { timeout: args.timeout, ..Plan::default() };
     let (inputs, outputs) = bind_keys(c, &mut plan, &args.inputs, &args.outputs)?;
-    model.queue()?;
+    crate::exec::model_queue(&model)?;
     let device = model.spec.device.queue_key();
     plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
     set_caller(c, &mut plan, false);

@@ -72,7 +72,7 @@ fn execute(c: &Cmd, parse: for<'a> fn(&[&'a [u8]]) -> Result<ScriptCall<'a>>) ->
     let (inputs, outputs) = bind_keys(c, &mut plan, &call.inputs, &call.outputs)?;
     let device = script.queue_key();
     ensure_queue(&device)?;
-    plan.ops.push(Op { kind: OpKind::script(script, &call, inputs, outputs), device });
+    plan.ops.push(Op { kind: OpKind::script(script, call.op_args(), inputs, outputs), device });
     set_caller(c, &mut plan, false);
     run_plan(c, plan, reply_single_op)
 }

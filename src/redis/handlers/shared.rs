@@ -166,7 +166,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
         let eligible = model.spec.batch.size == 0
             && model.spec.device.kind == DeviceKind::Cpu
             && model.built().is_some_and(|m| m.is_ok_and(|m| m.stops_early()))
-            && model.queue().is_ok_and(|q| q.is_idle());
+            && crate::exec::model_queue(model).is_ok_and(|q| q.is_idle());
         if !eligible {
             return None;
         }
