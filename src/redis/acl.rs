@@ -9,14 +9,15 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use super::strings::OwnedStrings;
+use crate::redis::ctx::Ctx;
 
 /// The ACL user name of the client running the current command (main thread).
-pub fn current_user(ctx: *mut raw::RedisModuleCtx) -> Option<Arc<[u8]>> {
+pub fn current_user(ctx: Ctx<'_>) -> Option<Arc<[u8]>> {
     // SAFETY: Init fills the API table once, before any command runs; it never changes afterwards.
     let get = api_opt!(RedisModule_GetCurrentUserName)?;
     // SAFETY: ctx is the live context of the running command; the returned string is ours to free.
     unsafe {
-        let s = get(ctx);
+        let s = get(ctx.as_ptr());
         if s.is_null() {
             return None;
         }

@@ -8,9 +8,10 @@ use redis_module::raw;
 
 use super::reply::error;
 use crate::error::{Error, Result};
+use crate::redis::ctx::Ctx;
 
 /// What runs on the main thread to answer the client.
-type Finish = Box<dyn FnOnce(*mut raw::RedisModuleCtx) + Send>;
+type Finish = Box<dyn FnOnce(Ctx<'_>) + Send>;
 
 pub struct Blocked {
     bc: *mut raw::RedisModuleBlockedClient,
@@ -24,12 +25,12 @@ unsafe impl Send for Blocked {}
 
 impl Blocked {
     /// RedisAI's rule: no blocking command inside MULTI, Lua or any context that cannot block.
-    pub fn check_can_block(ctx: *mut raw::RedisModuleCtx) -> Result<()> {
+    pub fn check_can_block(ctx: Ctx<'_>) -> Result<()> {
         let no_block = raw::REDISMODULE_CTX_FLAGS_MULTI
             | raw::REDISMODULE_CTX_FLAGS_LUA
             | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
         // SAFETY: ctx is the live context of the running command (main thread).
-        let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx.as_ptr()) } as u32;
         if flags & no_block != 0 {
             return Err(Error::InTransaction);
         }
@@ -38,19 +39,19 @@ impl Blocked {
 
     /// Whether the command came from the primary (replication) or the AOF: such a client is never blocked
     /// (Valkey refuses to block its primary's client; Redis 7 allows it), so work is done inline.
-    pub fn from_replication(ctx: *mut raw::RedisModuleCtx) -> bool {
+    pub fn from_replication(ctx: Ctx<'_>) -> bool {
         // SAFETY: ctx is the live context of the running command (main thread).
-        let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx.as_ptr()) } as u32;
         flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
     }
 
     /// Blocks the calling client.
-    pub fn new(ctx: *mut raw::RedisModuleCtx) -> Result<Blocked> {
+    pub fn new(ctx: Ctx<'_>) -> Result<Blocked> {
         Blocked::check_can_block(ctx)?;
         // SAFETY: as above; the callbacks match Redis's signatures and outlive the module.
         unsafe {
-            let db = api!(RedisModule_GetSelectedDb)(ctx);
-            let bc = api!(RedisModule_BlockClient)(ctx, Some(on_reply), None, Some(on_free), 0);
+            let db = api!(RedisModule_GetSelectedDb)(ctx.as_ptr());
+            let bc = api!(RedisModule_BlockClient)(ctx.as_ptr(), Some(on_reply), None, Some(on_free), 0);
             if bc.is_null() {
                 return Err(Error::InTransaction);
             }
@@ -62,11 +63,11 @@ impl Blocked {
     }
 
     /// Unblocks the client; `finish` runs on the main thread with the client's database selected.
-    pub fn complete(mut self, finish: impl FnOnce(*mut raw::RedisModuleCtx) + Send + 'static) {
+    pub fn complete(mut self, finish: impl FnOnce(Ctx<'_>) + Send + 'static) {
         let db = self.db;
         let f: Finish = Box::new(move |ctx| {
             // SAFETY: ctx is the reply context Redis passes to on_reply, on the main thread.
-            unsafe { api!(RedisModule_SelectDb)(ctx, db) };
+            unsafe { api!(RedisModule_SelectDb)(ctx.as_ptr(), db) };
             finish(ctx)
         });
         self.unblock(Box::new(Some(f)));
@@ -95,10 +96,13 @@ impl Drop for Blocked {
 }
 
 extern "C" fn on_reply(ctx: *mut raw::RedisModuleCtx, _argv: *mut *mut raw::RedisModuleString, _argc: c_int) -> c_int {
+    // SAFETY: the reply context Redis passes to this callback, on the main thread, live for the call.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the private data is the Box<Option<Finish>> passed to UnblockClient; it stays alive
         // until on_free, which runs after this callback on the same (main) thread.
-        let slot = unsafe { (api!(RedisModule_GetBlockedClientPrivateData)(ctx) as *mut Option<Finish>).as_mut() };
+        let slot =
+            unsafe { (api!(RedisModule_GetBlockedClientPrivateData)(ctx.as_ptr()) as *mut Option<Finish>).as_mut() };
         match slot.and_then(Option::take) {
             Some(finish) => finish(ctx),
             None => error(ctx, "ERR internal error in redisai: the request was abandoned (see the server log)"),

@@ -64,9 +64,11 @@ impl Gil {
         Ok(Gil { ctx, _not_send: PhantomData })
     }
 
-    /// The locked context (valid while the guard lives).
-    pub fn ctx(&self) -> *mut raw::RedisModuleCtx {
-        self.ctx
+    /// The locked context, for as long as the guard lives.
+    pub fn ctx(&self) -> super::ctx::Ctx<'_> {
+        // SAFETY: a thread-safe context this guard holds locked, on this thread (the guard is not Send), until
+        // the guard is dropped, which the borrow outlasts.
+        unsafe { super::ctx::Ctx::from_raw(self.ctx) }
     }
 }
 

@@ -7,24 +7,25 @@ use redis_module::raw;
 
 use super::module_type::ModuleType;
 use crate::error::{Error, Result};
+use crate::redis::ctx::Ctx;
 
-/// An open key, closed on drop.
-pub struct Key {
-    ctx: *mut raw::RedisModuleCtx,
+/// An open key, closed on drop; it cannot outlive the context it was opened in.
+pub struct Key<'a> {
+    _ctx: Ctx<'a>,
     key: *mut raw::RedisModuleKey,
 }
 
-impl Key {
+impl<'a> Key<'a> {
     /// Opens `name` (an argv string of the running command) for reading, or for writing too.
-    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Key {
+    pub fn open(ctx: Ctx<'a>, name: *mut raw::RedisModuleString, write: bool) -> Key<'a> {
         let mode = if write { raw::KeyMode::READ | raw::KeyMode::WRITE } else { raw::KeyMode::READ };
         // SAFETY: ctx and name are the live context and argv string of the command being executed.
-        let key = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode.bits()) };
-        Key { ctx, key }
+        let key = unsafe { api!(RedisModule_OpenKey)(ctx.as_ptr(), name, mode.bits()) };
+        Key { _ctx: ctx, key }
     }
 
     /// Opens a key given by name (not an argv string), e.g. an input or output of a run.
-    pub fn open_name(ctx: *mut raw::RedisModuleCtx, name: &[u8], write: bool) -> Key {
+    pub fn open_name(ctx: Ctx<'a>, name: &[u8], write: bool) -> Key<'a> {
         let s = super::strings::OwnedStrings::new(&[name]);
         // OpenKey takes its own reference to the name, so ours can go when `s` drops.
         Key::open(ctx, s.0[0], write)
@@ -132,12 +133,11 @@ impl Key {
 /// RedisModule_GetExpire's "no TTL".
 const NO_EXPIRE: i64 = -1;
 
-impl Drop for Key {
+impl Drop for Key<'_> {
     fn drop(&mut self) {
         if !self.key.is_null() {
             // SAFETY: the key was opened by `open` on this context and is closed exactly once.
             unsafe { api!(RedisModule_CloseKey)(self.key) };
         }
-        let _ = self.ctx;
     }
 }

@@ -7,6 +7,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::redis::ctx::Ctx;
 use redis_module::raw;
 
 /// The event of a command that runs a plan, by its name.
@@ -29,7 +30,7 @@ static THRESHOLD_MS: AtomicI64 = AtomicI64::new(0);
 /// The second (from 1) of the last read; 0: never read.
 static READ_AT_S: AtomicU64 = AtomicU64::new(0);
 
-fn threshold_ms(ctx: *mut raw::RedisModuleCtx) -> i64 {
+fn threshold_ms(ctx: Ctx<'_>) -> i64 {
     let now = crate::histogram::seconds() + 1;
     if READ_AT_S.swap(now, Relaxed) != now {
         if let Some(ms) = read_threshold(ctx) {
@@ -39,12 +40,12 @@ fn threshold_ms(ctx: *mut raw::RedisModuleCtx) -> i64 {
     THRESHOLD_MS.load(Relaxed)
 }
 
-fn read_threshold(ctx: *mut raw::RedisModuleCtx) -> Option<i64> {
+fn read_threshold(ctx: Ctx<'_>) -> Option<i64> {
     // SAFETY: ctx is the context of the reply being sent, on the main thread; the reply is freed before return
     // and its string read before that.
     unsafe {
         let r = api!(RedisModule_Call)(
-            ctx,
+            ctx.as_ptr(),
             c"CONFIG".as_ptr(),
             c"cc".as_ptr(),
             c"GET".as_ptr(),
@@ -66,7 +67,7 @@ fn read_threshold(ctx: *mut raw::RedisModuleCtx) -> Option<i64> {
 
 /// Adds an execution that took `took` to the monitor when it reaches the threshold (Redis's own check adds every
 /// sample while the monitor is off, so ours comes first).
-pub fn record(ctx: *mut raw::RedisModuleCtx, event: &'static CStr, took: Duration) {
+pub fn record(ctx: Ctx<'_>, event: &'static CStr, took: Duration) {
     let ms = took.as_millis() as i64;
     if ms == 0 {
         return;

@@ -1,9 +1,8 @@
 //! maxmemory for requests that are small on the wire but allocate much (a zero-filled TENSORSET of a big shape):
 //! Redis checks deny-oom commands only against the memory in use *before* the command runs.
 
-use redis_module::raw;
-
 use crate::error::{Error, Result};
+use crate::redis::ctx::Ctx;
 
 /// Requests allocating less than this are not checked (the check reads INFO memory).
 const CHECK_FROM: usize = 1 << 20;
@@ -12,7 +11,7 @@ const CHECK_FROM: usize = 1 << 20;
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// Refuses with Redis's OOM error when maxmemory is set and `extra` more bytes would pass it.
-pub fn check_room(ctx: *mut raw::RedisModuleCtx, extra: usize) -> Result<()> {
+pub fn check_room(ctx: Ctx<'_>, extra: usize) -> Result<()> {
     if extra < CHECK_FROM {
         return Ok(());
     }
@@ -24,7 +23,7 @@ pub fn check_room(ctx: *mut raw::RedisModuleCtx, extra: usize) -> Result<()> {
 }
 
 /// `(used_memory, maxmemory)` from INFO memory, on the main thread (or under the global lock).
-fn memory_info(ctx: *mut raw::RedisModuleCtx) -> Option<(u64, u64)> {
+fn memory_info(ctx: Ctx<'_>) -> Option<(u64, u64)> {
     // SAFETY: ctx is a live context on the main thread; the INFO data is read and freed here.
     unsafe {
         let (Some(get), Some(field), Some(free)) = (
@@ -34,19 +33,19 @@ fn memory_info(ctx: *mut raw::RedisModuleCtx) -> Option<(u64, u64)> {
         ) else {
             return None;
         };
-        let info = get(ctx, c"memory".as_ptr());
+        let info = get(ctx.as_ptr(), c"memory".as_ptr());
         if info.is_null() {
             return None;
         }
         let mut err = 0;
         let used = field(info, c"used_memory".as_ptr(), &mut err);
         let max = field(info, c"maxmemory".as_ptr(), &mut err);
-        free(ctx, info);
+        free(ctx.as_ptr(), info);
         Some((used, max))
     }
 }
 
 /// Redis's `maxmemory` (0: unset), for the default backend memory bound.
-pub fn maxmemory(ctx: *mut raw::RedisModuleCtx) -> u64 {
+pub fn maxmemory(ctx: Ctx<'_>) -> u64 {
     memory_info(ctx).map_or(0, |(_, max)| max)
 }

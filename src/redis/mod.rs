@@ -24,6 +24,7 @@ macro_rules! api_opt {
 
 pub mod acl;
 pub mod blocking;
+pub mod ctx;
 pub mod emit;
 pub mod gil;
 pub mod handlers;

@@ -12,6 +12,7 @@ use super::script_type::SCRIPT_TYPE;
 use super::types::TENSOR_TYPE;
 use super::{info, log_warning};
 use crate::config::{self, Config};
+use crate::redis::ctx::Ctx;
 
 /// RedisAI 1.2.7 as MAJOR*10000+MINOR*100+PATCH: the release whose interface this module implements.
 const MODULE_VERSION: c_int = 10207;
@@ -33,13 +34,15 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     if init == raw::Status::Err as c_int {
         return init;
     }
+    // SAFETY: the loading context Redis passed to OnLoad, on the main thread, live for the call.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
     catch_unwind(AssertUnwindSafe(|| on_load(ctx, argv, argc))).unwrap_or_else(|_| {
         log_warning("redisai: panic while loading the module");
         raw::Status::Err as c_int
     })
 }
 
-fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     std::panic::set_hook(Box::new(|p| log_warning(&format!("redisai: {p}"))));
     super::gil::record_main_thread();
     crate::log::set_sink(log_warning);
@@ -69,7 +72,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     }
 
     // SAFETY: ctx is the loading context; the option only changes how RDB read errors are reported.
-    unsafe { api!(RedisModule_SetModuleOptions)(ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) };
+    unsafe { api!(RedisModule_SetModuleOptions)(ctx.as_ptr(), raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) };
 
     {
         let mut c = config::CONFIG.write();
@@ -84,9 +87,9 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     #[cfg(feature = "tensorflow")]
     crate::backends::tensorflow::bound_memory();
 
-    if TENSOR_TYPE.raw.create_data_type(ctx).is_err()
-        || MODEL_TYPE.raw.create_data_type(ctx).is_err()
-        || SCRIPT_TYPE.raw.create_data_type(ctx).is_err()
+    if TENSOR_TYPE.raw.create_data_type(ctx.as_ptr()).is_err()
+        || MODEL_TYPE.raw.create_data_type(ctx.as_ptr()).is_err()
+        || SCRIPT_TYPE.raw.create_data_type(ctx.as_ptr()).is_err()
     {
         return ERR;
     }
@@ -97,7 +100,7 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         // SAFETY: ctx is the loading context; both strings are NUL-terminated and copied by Redis.
         let status = unsafe {
             api!(RedisModule_CreateCommand)(
-                ctx,
+                ctx.as_ptr(),
                 name_c.as_ptr() as *const c_char,
                 Some(cmd.entry),
                 flags_c.as_ptr() as *const c_char,
@@ -113,10 +116,10 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     }
 
     admin_categories(ctx);
-    raw::register_info_function(ctx, Some(info::info_func));
+    raw::register_info_function(ctx.as_ptr(), Some(info::info_func));
     // Commands queue work without waking a worker each; the wake-ups go out once per event-loop iteration.
     let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
-    if raw::subscribe_to_server_event(ctx, event, Some(before_sleep)) == raw::Status::Ok {
+    if raw::subscribe_to_server_event(ctx.as_ptr(), event, Some(before_sleep)) == raw::Status::Ok {
         crate::exec::queue::defer_wakeups_on_this_thread();
     }
     raw::Status::Ok as c_int
@@ -125,12 +128,12 @@ fn on_load(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 /// Puts AI.CONFIG in @admin and @dangerous. The `admin` flag does not do it for module commands; Redis 7.2+
 /// and Valkey take the categories through `SetCommandACLCategories`. Redis 7.0 has no such call: there the
 /// AI.CONFIG handler checks that the caller may run CONFIG SET instead (`ADMIN_BY_CATEGORY`).
-fn admin_categories(ctx: *mut raw::RedisModuleCtx) {
+fn admin_categories(ctx: Ctx<'_>) {
     // SAFETY: Init filled the API table; ctx is the loading context; the strings are NUL-terminated.
     let set = unsafe {
         match (api_opt!(RedisModule_GetCommand), api_opt!(RedisModule_SetCommandACLCategories)) {
             (Some(get), Some(set)) => {
-                let cmd = get(ctx, c"ai.config".as_ptr());
+                let cmd = get(ctx.as_ptr(), c"ai.config".as_ptr());
                 !cmd.is_null() && set(cmd, c"admin dangerous".as_ptr()) == raw::REDISMODULE_OK as c_int
             }
             _ => false,

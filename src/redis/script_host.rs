@@ -15,6 +15,7 @@ use super::strings::OwnedStrings;
 use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::redis::ctx::Ctx;
 use crate::script::{current_caller, Caller};
 use crate::tensor::{DataType, Tensor};
 
@@ -35,10 +36,10 @@ unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
 /// Runs `f` with a context holding Redis's global lock, on the caller's database. The guard releases the lock
 /// also when `f` panics; a thread that already holds it (none should: callbacks run on workers) is refused
 /// rather than left waiting for itself.
-fn locked<R>(caller: &Caller, f: impl FnOnce(*mut raw::RedisModuleCtx) -> Result<R>) -> Result<R> {
+fn locked<R>(caller: &Caller, f: impl FnOnce(Ctx<'_>) -> Result<R>) -> Result<R> {
     let gil = Gil::lock().map_err(|_| Error::Generic("the Redis lock is already held by this thread".into()))?;
     // SAFETY: the context is locked by `gil` for the call.
-    unsafe { api!(RedisModule_SelectDb)(gil.ctx(), caller.db) };
+    unsafe { api!(RedisModule_SelectDb)(gil.ctx().as_ptr(), caller.db) };
     f(gil.ctx())
 }
 
@@ -121,8 +122,13 @@ unsafe extern "C" fn redis_call(
             let flags = if caller.read_only { c"!vMW" } else { c"!vM" };
             // SAFETY: ctx is locked; argv (after the command name) are live strings; the reply is freed here.
             unsafe {
-                let r =
-                    api!(RedisModule_Call)(ctx, name.as_ptr(), flags.as_ptr(), argv.0[1..].as_ptr(), argv.0.len() - 1);
+                let r = api!(RedisModule_Call)(
+                    ctx.as_ptr(),
+                    name.as_ptr(),
+                    flags.as_ptr(),
+                    argv.0[1..].as_ptr(),
+                    argv.0.len() - 1,
+                );
                 if r.is_null() {
                     out.extend_from_slice(format!("-{}\r\n", call_error()).as_bytes());
                 } else {
@@ -148,7 +154,7 @@ unsafe extern "C" fn redis_call(
 /// `noscript` (EVAL, MULTI, SUBSCRIBE, ...: EVAL would run Lua as the superuser), nor this module's own
 /// commands (they block their client, which a callback's context cannot). Looked up with COMMAND INFO under
 /// the global lock, and remembered per existing command (so the memory is bounded by Redis's command table).
-fn allowed_in_scripts(ctx: *mut raw::RedisModuleCtx, words: &[&[u8]]) -> std::result::Result<(), &'static str> {
+fn allowed_in_scripts(ctx: Ctx<'_>, words: &[&[u8]]) -> std::result::Result<(), &'static str> {
     const REFUSED: &str = "ERR This Redis command is not allowed from script";
     let name = words[0].to_ascii_lowercase();
     if name.starts_with(b"ai.") {
@@ -174,7 +180,7 @@ struct CommandFlags {
 }
 
 /// COMMAND INFO `name` (cached), or `None` for a name Redis does not know (RedisModule_Call reports those).
-fn command_flags(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<CommandFlags> {
+fn command_flags(ctx: Ctx<'_>, name: &[u8]) -> Option<CommandFlags> {
     type Cache = parking_lot::Mutex<std::collections::HashMap<Vec<u8>, CommandFlags>>;
     static CACHE: std::sync::LazyLock<Cache> = std::sync::LazyLock::new(Default::default);
     if let Some(f) = CACHE.lock().get(name) {
@@ -184,7 +190,7 @@ fn command_flags(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> Option<CommandFl
     // SAFETY: ctx is locked by the caller; the strings live across the call; the reply is freed here. The reply
     // is [[name, arity, [flags...], first, last, step, categories, tips, key specs, [subcommands...]]].
     let flags = unsafe {
-        let r = api!(RedisModule_Call)(ctx, c"COMMAND".as_ptr(), c"v".as_ptr(), arg.0.as_ptr(), arg.0.len());
+        let r = api!(RedisModule_Call)(ctx.as_ptr(), c"COMMAND".as_ptr(), c"v".as_ptr(), arg.0.as_ptr(), arg.0.len());
         if r.is_null() {
             return None;
         }

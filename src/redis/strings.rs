@@ -44,7 +44,7 @@ impl Drop for OwnedStrings {
 
 // SAFETY: the strings are only created, retained and freed on the main thread; they travel through worker
 // threads inside completions that are run or dropped on the main thread (a build thread only reads the bytes
-// of retained argv strings, see `handlers::shared::ArgBytes`).
+// of retained argv strings, see `PinnedArgs`).
 unsafe impl Send for OwnedStrings {}
 
 /// Whether `pin_retained` works on this server.
@@ -67,6 +67,50 @@ pub fn pin_retained(s: *mut raw::RedisModuleString) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// The arguments of the running command, retained and pinned (`pin_retained`) so that their bytes stay where
+/// they are after the command returns, for a build on another thread. The value owns the retained strings, so
+/// the bytes it hands out (`slices`) live exactly as long as it does.
+pub struct PinnedArgs {
+    strings: OwnedStrings,
+    bytes: Vec<(*const u8, usize)>,
+}
+
+// SAFETY: the pointers are only read, through `&self`, and point into the strings this value retains; Redis never
+// changes an argv string's bytes once the command has run, and pinning keeps its trim of retained arguments after
+// the command from moving them.
+unsafe impl Send for PinnedArgs {}
+
+impl PinnedArgs {
+    /// Retains and pins `argv` (the running command's arguments, main thread). `Err`: the server cannot pin a
+    /// string; the retained strings come back (the caller copies what it needs instead). The command's own views
+    /// of its arguments (`Cmd::args`) may be stale afterwards: the caller reads them only through this value.
+    pub fn pin(argv: &[*mut raw::RedisModuleString]) -> Result<PinnedArgs, OwnedStrings> {
+        let strings = OwnedStrings::retain(argv);
+        let mut bytes = Vec::with_capacity(strings.0.len());
+        for &s in &strings.0 {
+            if !pin_retained(s) {
+                return Err(strings);
+            }
+            let mut len = 0usize;
+            let p = raw::string_ptr_len(s, &mut len) as *const u8;
+            bytes.push((p, len));
+        }
+        Ok(PinnedArgs { strings, bytes })
+    }
+
+    /// The arguments' bytes.
+    pub fn slices(&self) -> Vec<&[u8]> {
+        // SAFETY: each (pointer, length) is a buffer of a string `self.strings` retains, pinned in place and
+        // never written again: valid for as long as `self` is borrowed.
+        self.bytes.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect()
+    }
+
+    /// The retained strings (to replicate the command once the build is stored).
+    pub fn into_strings(self) -> OwnedStrings {
+        self.strings
     }
 }
 

@@ -14,6 +14,7 @@ use crate::exec::dag::{OpKind, ReplyItem};
 use crate::exec::run::{OpOutcome, Run};
 use crate::model::Model;
 use crate::redis::blocking::Blocked;
+use crate::redis::ctx::Ctx;
 use crate::redis::model_type::MODEL_TYPE;
 use crate::redis::reply::send;
 use crate::redis::script_type::SCRIPT_TYPE;
@@ -71,7 +72,7 @@ fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
 
 /// One entry per op (`OK`, a TENSORGET reply, an error, or `NA`), PERSIST done only when every op
 /// succeeded (a failed PERSIST adds one trailing error), or `TIMEDOUT` for the whole DAG.
-fn reply_dag(ctx: *mut raw::RedisModuleCtx, run: &Run) {
+fn reply_dag(ctx: Ctx<'_>, run: &Run) {
     if run.timed_out() {
         return send(ctx, &Reply::Simple("TIMEDOUT"));
     }
@@ -86,7 +87,10 @@ fn reply_dag(ctx: *mut raw::RedisModuleCtx, run: &Run) {
             .and_then(|o| write_outputs(ctx, &o))
             .err();
     }
-    raw::reply_with_array(ctx, (plan.replies.len() + usize::from(persist_error.is_some())) as std::ffi::c_long);
+    raw::reply_with_array(
+        ctx.as_ptr(),
+        (plan.replies.len() + usize::from(persist_error.is_some())) as std::ffi::c_long,
+    );
     for item in &plan.replies {
         match item {
             ReplyItem::Ok => send(ctx, &Reply::OK),

@@ -20,7 +20,7 @@ mod tensor;
 
 /// One invocation of a command: the context, the raw argv (for opening keys) and argv as bytes.
 pub struct Cmd<'a> {
-    pub ctx: *mut raw::RedisModuleCtx,
+    pub ctx: Ctx<'a>,
     pub raw: &'a [*mut raw::RedisModuleString],
     pub args: smallvec::SmallVec<[&'a [u8]; 24]>,
 }
@@ -30,11 +30,11 @@ impl Cmd<'_> {
         send(self.ctx, r)
     }
     fn replicate_verbatim(&self) {
-        raw::replicate_verbatim(self.ctx);
+        raw::replicate_verbatim(self.ctx.as_ptr());
     }
     /// Opens a key named by one of this command's arguments (a slice of `args`) through its argv string, so
     /// that no string is made for it; any other name through a new string.
-    fn open_key(&self, name: &[u8], write: bool) -> crate::redis::keyspace::Key {
+    fn open_key(&self, name: &[u8], write: bool) -> crate::redis::keyspace::Key<'_> {
         use crate::redis::keyspace::Key;
         let argv = self.args.iter().zip(self.raw).find(|(a, _)| std::ptr::eq(**a, name)).map(|(_, r)| *r);
         match argv {
@@ -45,7 +45,7 @@ impl Cmd<'_> {
     /// The client's selected database.
     fn db(&self) -> i32 {
         // SAFETY: ctx is the live context of this command (main thread).
-        unsafe { api!(RedisModule_GetSelectedDb)(self.ctx) }
+        unsafe { api!(RedisModule_GetSelectedDb)(self.ctx.as_ptr()) }
     }
 }
 
@@ -66,7 +66,11 @@ fn key_flags(access: KeyAccess) -> c_int {
 }
 
 /// The body shared by every registered command.
-pub fn run_command(
+///
+/// # Safety
+/// `ctx` is the live context of the command being called, on the main thread, and `argv` holds `argc` strings
+/// that live as long as the call.
+pub unsafe fn run_command(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
@@ -74,6 +78,8 @@ pub fn run_command(
     keys: Option<KeyPositions>,
     arity: Arity,
 ) -> c_int {
+    // SAFETY: the caller's contract: a live command context on the main thread, valid for this call.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
             &[]
@@ -94,13 +100,13 @@ pub fn run_command(
         let cmd = Cmd { ctx, raw: raw_args, args };
         if let Some(keys) = keys {
             // SAFETY: ctx is the live context of this call.
-            if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
+            if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx.as_ptr()) } != 0 {
                 // A position past argv would make the server read past it (Valkey crashed on `AI.SCRIPTEXECUTE`
                 // alone): the position functions must not return one, and this filter makes sure.
                 for (pos, access) in keys(&cmd.args).into_iter().filter(|&(p, _)| p < cmd.args.len()) {
                     // SAFETY: as above; pos is within argv. Every command is registered with getkeys-api, so
                     // these flags (not a legacy full-access key spec) are what ACL selectors are checked against.
-                    unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx, pos as c_int, key_flags(access)) };
+                    unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx.as_ptr(), pos as c_int, key_flags(access)) };
                 }
                 return;
             }
@@ -161,7 +167,8 @@ macro_rules! commands {
                 #[allow(unused_mut, unused_assignments)]
                 let mut keys: Option<KeyPositions> = None;
                 $(keys = Some($keys);)?
-                run_command(ctx, argv, argc, $handler, keys, $arity)
+                // SAFETY: Redis calls a command's function with its live context and `argc` arguments at `argv`.
+                unsafe { run_command(ctx, argv, argc, $handler, keys, $arity) }
             }
         )*
         pub const COMMANDS: &[Command] = &[$(Command { name: $name, entry: $entry, flags: $flags, keys: $range }),*];
@@ -172,6 +179,7 @@ use crate::commands::dag::dag_key_positions;
 use crate::commands::model::{modelexecute_key_positions, modelrun_key_positions};
 use crate::commands::script::{scriptexecute_key_positions, scriptrun_key_positions};
 use crate::commands::{first_key_delete, first_key_read, first_key_write};
+use crate::redis::ctx::Ctx;
 
 commands! {
     "ai.tensorset" => ai_tensorset, tensor::tensorset, "write deny-oom getkeys-api", (1, 1, 1), at_least(4, "AI.TENSORSET"), keys first_key_write;

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use redis_module::raw;
-
 use super::shared::{bind_keys, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::model::{
@@ -14,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
 use crate::model::{Model, ModelSpec};
 use crate::redis::blocking::Blocked;
+use crate::redis::ctx::Ctx;
 use crate::redis::keyspace::Key;
 use crate::redis::model_type::MODEL_TYPE;
 use crate::reply::Reply;
@@ -46,7 +45,7 @@ fn build_model(key: &[u8], spec: ModelSpec, chunks: &[&[u8]], keep: bool) -> Res
     }
 }
 
-fn commit_model(ctx: *mut raw::RedisModuleCtx, key: &[u8], model: Model) -> Result<()> {
+fn commit_model(ctx: Ctx<'_>, key: &[u8], model: Model) -> Result<()> {
     crate::exec::model_queue(&model)?;
     let k = Key::open_name(ctx, key, true);
     k.check_type(&MODEL_TYPE)?;

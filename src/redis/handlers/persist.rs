@@ -6,13 +6,14 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use crate::error::{Error, Result};
+use crate::redis::ctx::Ctx;
 use crate::redis::keyspace::Key;
 use crate::redis::strings::OwnedStrings;
 use crate::redis::types::{tensor_free, TENSOR_TYPE};
 use crate::tensor::Tensor;
 
 /// Stores every `(key, tensor)`; checks all key types first so that a WRONGTYPE writes nothing.
-pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tensor>)]) -> Result<()> {
+pub fn write_outputs(ctx: Ctx<'_>, outputs: &[(&[u8], Arc<Tensor>)]) -> Result<()> {
     if let [(key, t)] = outputs {
         // One key (the usual case): opened once, its type checked before anything is written.
         return store_and_replicate(ctx, key, t, true);
@@ -30,7 +31,7 @@ pub fn write_outputs(ctx: *mut raw::RedisModuleCtx, outputs: &[(&[u8], Arc<Tenso
 
 /// Stores `t` under `key` (its type checked first when `check`) and replicates it; one Redis string of the
 /// name serves both (the replication takes a reference to it rather than a copy).
-fn store_and_replicate(ctx: *mut raw::RedisModuleCtx, key: &[u8], t: &Arc<Tensor>, check: bool) -> Result<()> {
+fn store_and_replicate(ctx: Ctx<'_>, key: &[u8], t: &Arc<Tensor>, check: bool) -> Result<()> {
     let name = OwnedStrings::new(&[key]);
     let k = Key::open(ctx, name.0[0], true);
     if check {
@@ -72,7 +73,7 @@ fn shared_word(
 }
 
 /// `key`: the key's name as a Redis string (Redis takes a reference to it rather than a copy).
-fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, t: &Tensor) {
+fn replicate_tensorset(ctx: Ctx<'_>, key: *mut raw::RedisModuleString, t: &Tensor) {
     use crate::commands::tensor::Word;
     use crate::tensor::DataType;
     let types = DataType::ALL.len();
@@ -95,11 +96,11 @@ fn replicate_tensorset(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModule
     }
     words.push(shared_word(&mut cache, types, || Word::from_slice(b"BLOB")));
     drop(cache);
-    crate::redis::emit::replicate(ctx, c"AI.TENSORSET", key, &words, t.data());
+    crate::redis::emit::replicate(ctx.as_ptr(), c"AI.TENSORSET", key, &words, t.data());
 }
 
 /// Replicates a command as the client sent it, from a completion (where the client's argv is gone).
-pub fn replicate_argv(ctx: *mut raw::RedisModuleCtx, argv: &mut OwnedStrings) -> Result<()> {
+pub fn replicate_argv(ctx: Ctx<'_>, argv: &mut OwnedStrings) -> Result<()> {
     let (name, rest) = argv.0.split_first_mut().ok_or_else(|| Error::Generic("empty command".into()))?;
     let mut len = 0usize;
     let p = raw::string_ptr_len(*name, &mut len);
@@ -108,7 +109,7 @@ pub fn replicate_argv(ctx: *mut raw::RedisModuleCtx, argv: &mut OwnedStrings) ->
         .map_err(|_| Error::Generic("bad command name".into()))?;
     // SAFETY: ctx is the main-thread reply context; format "v" takes a vector and its length.
     unsafe {
-        api!(RedisModule_Replicate)(ctx, cmd.as_ptr(), c"v".as_ptr(), rest.as_mut_ptr(), rest.len());
+        api!(RedisModule_Replicate)(ctx.as_ptr(), cmd.as_ptr(), c"v".as_ptr(), rest.as_mut_ptr(), rest.len());
     }
     Ok(())
 }

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use redis_module::raw;
-
 use super::shared::{bind_keys, ensure_queue, reply_single_op, run_plan, set_caller, store_in_background};
 use super::Cmd;
 use crate::commands::script::{
@@ -12,6 +10,7 @@ use crate::commands::script::{
 use crate::error::{Error, Result};
 use crate::exec::dag::{Op, OpKind, Plan};
 use crate::redis::blocking::Blocked;
+use crate::redis::ctx::Ctx;
 use crate::redis::keyspace::Key;
 use crate::redis::script_type::SCRIPT_TYPE;
 use crate::reply::Reply;
@@ -28,7 +27,7 @@ pub fn scriptset(c: &Cmd) -> Result<()> {
     store_in_background(c, "script", move |key, _| Script::build(key, spec), commit_script)
 }
 
-fn commit_script(ctx: *mut raw::RedisModuleCtx, key: &[u8], script: Script) -> Result<()> {
+fn commit_script(ctx: Ctx<'_>, key: &[u8], script: Script) -> Result<()> {
     ensure_queue(&script.queue_key())?;
     let k = Key::open_name(ctx, key, true);
     k.check_type(&SCRIPT_TYPE)?;

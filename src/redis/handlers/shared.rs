@@ -4,8 +4,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::raw;
-
 use super::persist::{replicate_argv, write_outputs};
 use super::Cmd;
 use crate::commands::tensor::Word;
@@ -16,49 +14,16 @@ use crate::exec::dag::{OpKind, Plan, Slots};
 use crate::exec::run::{OpOutcome, Run};
 use crate::exec::{inline, queues};
 use crate::redis::blocking::Blocked;
+use crate::redis::ctx::Ctx;
 use crate::redis::latency;
 use crate::redis::reply::{error, send};
-use crate::redis::strings::{can_pin, pin_retained, OwnedStrings};
+use crate::redis::strings::{can_pin, OwnedStrings, PinnedArgs};
 use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
 
 /// Stores a built value under the key (on the main thread): the caller's checks, then the command is
 /// replicated as the client sent it.
-pub type Commit<V> = fn(*mut raw::RedisModuleCtx, &[u8], V) -> Result<()>;
-
-/// Where the command's argument bytes are, captured on the main thread, so that the build thread can read
-/// them (a model's payload is copied there, not on the main thread).
-struct ArgBytes(Vec<(*const u8, usize)>);
-
-// SAFETY: the pointers are only read, by the job that also owns the retained argv strings (`OwnedStrings`),
-// which keep every buffer alive; Redis never changes an argv string's bytes once the command has run, and the
-// strings were pinned (`pin_retained`), so its trim of retained arguments after the command does not move them.
-unsafe impl Send for ArgBytes {}
-
-impl ArgBytes {
-    /// The arguments' addresses, each argument first pinned (`pin_retained`: Redis would otherwise trim, and maybe
-    /// move, a retained argument when the command returns); None where the server cannot pin them. The command's
-    /// earlier views of its arguments (`Cmd::args`) may be stale afterwards.
-    fn pinned(argv: &OwnedStrings) -> Option<ArgBytes> {
-        let mut out = Vec::with_capacity(argv.0.len());
-        for &s in &argv.0 {
-            if !pin_retained(s) {
-                return None;
-            }
-            let mut len = 0usize;
-            let p = raw::string_ptr_len(s, &mut len) as *const u8;
-            out.push((p, len));
-        }
-        Some(ArgBytes(out))
-    }
-
-    /// # Safety
-    /// The strings these bytes belong to must still be retained.
-    unsafe fn slices(&self) -> Vec<&[u8]> {
-        // SAFETY: see the caller's contract: each (pointer, length) is a live, unchanged argv buffer.
-        self.0.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect()
-    }
-}
+pub type Commit<V> = fn(Ctx<'_>, &[u8], V) -> Result<()>;
 
 /// Runs `build` (given the key and the command's arguments) on a background thread while only this client
 /// waits, then `commit`s on the main thread. Inside MULTI or Lua nothing may block, and a replica is not
@@ -70,22 +35,18 @@ pub fn store_in_background<V: Send + 'static>(
     commit: Commit<V>,
 ) -> Result<()> {
     let key = c.args[1].to_vec();
-    let argv = OwnedStrings::retain(c.raw);
     if Blocked::check_can_block(c.ctx).is_err() || Blocked::from_replication(c.ctx) || !can_pin() {
-        finish_store(c.ctx, &key, build(&key, &c.args), commit, argv);
+        finish_store(c.ctx, &key, build(&key, &c.args), commit, OwnedStrings::retain(c.raw));
         return Ok(());
     }
-    // From here on `c.args` is not read: pinning may move an argument's bytes.
-    let Some(bytes) = ArgBytes::pinned(&argv) else {
-        return Err(Error::Generic(format!("cannot keep the {what}'s arguments for its build")));
-    };
+    // The build reads the arguments through `args` only: pinning may move their bytes under `c.args`.
+    let args = PinnedArgs::pin(c.raw)
+        .map_err(|_| Error::Generic(format!("cannot keep the {what}'s arguments for its build")))?;
     let blocked = Blocked::new(c.ctx)?;
     let job = move || {
-        // SAFETY: `argv`, moved into this job with `bytes`, retains every string until `finish_store`.
-        let args = unsafe { bytes.slices() };
-        let built = catch_unwind(AssertUnwindSafe(|| build(&key, &args)))
+        let built = catch_unwind(AssertUnwindSafe(|| build(&key, &args.slices())))
             .unwrap_or_else(|_| Err(Error::Generic(format!("internal error while building the {what}"))));
-        drop(args);
+        let argv = args.into_strings();
         blocked.complete(move |ctx| finish_store(ctx, &key, built, commit, argv));
     };
     std::thread::Builder::new()
@@ -95,13 +56,7 @@ pub fn store_in_background<V: Send + 'static>(
         .map_err(|e| Error::Generic(format!("cannot start a {what} build: {e}")))
 }
 
-fn finish_store<V>(
-    ctx: *mut raw::RedisModuleCtx,
-    key: &[u8],
-    built: Result<V>,
-    commit: Commit<V>,
-    mut argv: OwnedStrings,
-) {
+fn finish_store<V>(ctx: Ctx<'_>, key: &[u8], built: Result<V>, commit: Commit<V>, mut argv: OwnedStrings) {
     match built.and_then(|v| commit(ctx, key, v)).and_then(|_| replicate_argv(ctx, &mut argv)) {
         Ok(()) => send(ctx, &Reply::OK),
         Err(e) => error(ctx, &e.reply_text()),
@@ -129,7 +84,7 @@ pub fn bind_keys(c: &Cmd, plan: &mut Plan, inputs: &[&[u8]], outputs: &[&[u8]]) 
 
 /// Runs the plan and answers with `reply`: inline on the main thread when the plan is known to be short
 /// (exec/inline.rs), else on the workers while the client is blocked.
-pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(*mut raw::RedisModuleCtx, &Run)) -> Result<()> {
+pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(Ctx<'_>, &Run)) -> Result<()> {
     let event = latency::event_of(c.args[0]);
     if let Some(limit) = inline_limit(&plan) {
         match Run::run_inline(plan, limit) {
@@ -179,7 +134,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
 }
 
 /// `OK` after storing the outputs, `TIMEDOUT`, or the op's error.
-pub fn reply_single_op(ctx: *mut raw::RedisModuleCtx, run: &Run) {
+pub fn reply_single_op(ctx: Ctx<'_>, run: &Run) {
     if run.timed_out() {
         return send(ctx, &Reply::Simple("TIMEDOUT"));
     }
