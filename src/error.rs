@@ -82,10 +82,19 @@ pub enum Error {
 impl Error {
     /// The text sent to the client: `ERR ` + message, except where RedisAI sent none.
     pub fn reply_text(&self) -> String {
+        if self.prefixed() {
+            format!("ERR {self}")
+        } else {
+            self.to_string()
+        }
+    }
+
+    /// Whether the reply puts `ERR ` in front of the text: the one place that decides it.
+    fn prefixed(&self) -> bool {
         match self {
-            Error::WrongType | Error::Plain(_) | Error::NonTensorResult(_) => self.to_string(),
-            Error::Refused { prefixed: false, .. } | Error::TimedOut { prefixed: false, .. } => self.to_string(),
-            _ => format!("ERR {self}"),
+            Error::WrongType | Error::Plain(_) | Error::NonTensorResult(_) => false,
+            Error::Refused { prefixed, .. } | Error::TimedOut { prefixed, .. } => *prefixed,
+            _ => true,
         }
     }
 
@@ -96,8 +105,7 @@ impl Error {
 
     /// This error, known to be the kill switch's doing; the client's text stays the same.
     pub fn timed_out(self) -> Self {
-        let prefixed = self.reply_text().starts_with("ERR ") && !self.to_string().starts_with("ERR ");
-        Error::TimedOut { text: self.to_string(), prefixed }
+        Error::TimedOut { prefixed: self.prefixed(), text: self.to_string() }
     }
 
     pub fn rdb(what: &'static str, why: impl Into<String>) -> Self {

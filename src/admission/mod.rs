@@ -26,15 +26,40 @@ pub(crate) fn show(name: &[u8]) -> String {
     s
 }
 
+/// Why a model was refused: the text, and whether it is a text RedisAI sent as it was (ONNX Runtime's refusal of
+/// external data, without `ERR `) rather than our own (with `ERR `).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub text: String,
+    pub verbatim: bool,
+}
+
+impl From<String> for Rejection {
+    fn from(text: String) -> Rejection {
+        Rejection { text, verbatim: false }
+    }
+}
+
+impl From<&str> for Rejection {
+    fn from(text: &str) -> Rejection {
+        Rejection::from(text.to_string())
+    }
+}
+
+impl From<Rejection> for Error {
+    fn from(r: Rejection) -> Error {
+        Error::Refused { text: r.text, prefixed: !r.verbatim }
+    }
+}
+
 /// Refuses a model whose bytes ask for something a client that may store models must not get.
 pub fn check(backend: BackendKind, blob: &[u8]) -> Result<()> {
     let refused = match backend {
         BackendKind::Onnx => onnx::check(blob),
-        BackendKind::Tf => tensorflow::check(blob),
-        BackendKind::TfLite => tflite::check(blob),
+        BackendKind::Tf => tensorflow::check(blob).map_err(Rejection::from),
+        BackendKind::TfLite => tflite::check(blob).map_err(Rejection::from),
         // Checked by the backend library once libtorch has parsed the archive (torch/src/shim.cpp).
         BackendKind::Torch => Ok(()),
     };
-    // RedisAI sent ONNX Runtime's refusal of external data as it was, without `ERR `; our own texts have it.
-    refused.map_err(|e| if e == onnx::EXTERNAL_DATA { Error::Plain(e) } else { Error::Generic(e) })
+    refused.map_err(Error::from)
 }

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 
 use super::callgraph::{show_path, CallGraph, Refusal};
 use super::protobuf::{fields, Value};
-use super::show;
+use super::{show, Rejection};
 
 /// RedisAI's text (ONNX Runtime's, from a build with DISABLE_EXTERNAL_INITIALIZERS).
 pub const EXTERNAL_DATA: &str = "Initializer tensors with external data is not allowed.";
@@ -71,6 +71,8 @@ const DENIED_MS_OPS: &[(&[u8], &str)] = &[
 /// Why the walk stopped.
 enum Stop {
     Refused(String),
+    /// ONNX Runtime's own refusal of external data (`EXTERNAL_DATA`), which RedisAI sent as it was.
+    ExternalData,
     /// Not a protobuf ONNX Runtime could parse: it reports that itself.
     Malformed,
 }
@@ -91,10 +93,12 @@ fn each<'a>(buf: &'a [u8], mut f: impl FnMut(u32, Value<'a>) -> Walk) -> Walk {
 }
 
 /// Refuses `blob` if it asks ONNX Runtime for files, memory or code (see the module doc).
-pub fn check(blob: &[u8]) -> Result<(), String> {
+pub fn check(blob: &[u8]) -> Result<(), Rejection> {
     // ORT's IsOrtFormatModelBytes: flatbuffers' file identifier at bytes 4..8.
     if blob.get(4..8) == Some(b"ORTM") {
-        return Err("ONNX model refused: ORT format models are not allowed (only ONNX protobuf models)".into());
+        return Err(Rejection::from(
+            "ONNX model refused: ORT format models are not allowed (only ONNX protobuf models)",
+        ));
     }
     let walk = local_functions(blob).and_then(|functions| {
         let n = functions.names.len();
@@ -109,7 +113,8 @@ pub fn check(blob: &[u8]) -> Result<(), String> {
     });
     match walk {
         Ok(()) | Err(Stop::Malformed) => Ok(()),
-        Err(Stop::Refused(msg)) => Err(msg),
+        Err(Stop::Refused(msg)) => Err(Rejection::from(msg)),
+        Err(Stop::ExternalData) => Err(Rejection { text: EXTERNAL_DATA.into(), verbatim: true }),
     }
 }
 
@@ -328,9 +333,9 @@ impl<'a> Walker<'a> {
 /// TensorProto: external_data = 13 (repeated StringStringEntryProto), data_location = 14 (enum; EXTERNAL = 1).
 fn tensor(buf: &[u8]) -> Walk {
     each(buf, |n, v| match (n, v) {
-        (13, Value::Bytes(_)) => refused(EXTERNAL_DATA),
+        (13, Value::Bytes(_)) => Err(Stop::ExternalData),
         // protobuf reads an enum varint as int32, keeping the low 32 bits.
-        (14, Value::Varint(location)) if location as u32 == 1 => refused(EXTERNAL_DATA),
+        (14, Value::Varint(location)) if location as u32 == 1 => Err(Stop::ExternalData),
         _ => Ok(()),
     })
 }
@@ -443,7 +448,7 @@ mod tests {
     }
 
     fn refusal(blob: &[u8]) -> String {
-        check(blob).expect_err("refused")
+        check(blob).expect_err("refused").text
     }
 
     #[test]
@@ -781,7 +786,7 @@ mod tests {
             let too_deep = height.iter().any(|&h| h > MAX_GRAPH_DEPTH) || 1 + height[0] > MAX_GRAPH_DEPTH;
             match result {
                 Ok(()) => proptest::prop_assert!(!cyclic && !too_deep),
-                Err(e) => {
+                Err(Rejection { text: e, .. }) => {
                     proptest::prop_assert!(cyclic || too_deep, "{}", e);
                     proptest::prop_assert!(e.contains("calls itself") || e.contains("nested deeper"), "{}", e);
                 }
