@@ -630,20 +630,35 @@ fn run_model(
     Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample, end))
 }
 
+/// Runs a model on the calling worker thread and records the run: the one path of a queued model op and of a
+/// script's `redisAI.model_execute` (`run_nested`); batches (`step_batch`) and inline runs (`run_inline`) share
+/// `run_model` and `Sample`.
+fn execute_model(model: &Model, noutputs: usize, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
+    copy_clock::take_us();
+    match run_model(model, noutputs, inputs, Instant::now(), |m, refs| Some(m.run(refs))) {
+        Some((result, sample, end)) => {
+            sample.record(model, req, end);
+            result
+        }
+        // `run` always answers; only `run_within` (inline) gives up.
+        None => Err(Error::Generic("the operation did not run".into())),
+    }
+}
+
+/// A model run asked for by a running script (TorchScript's `redisAI.model_execute`), on the script's worker:
+/// checked and counted in AI.INFO as any other run of the model (it waited in no queue).
+pub fn run_nested(model: &Model, inputs: &[Arc<Tensor>], noutputs: usize) -> Result<Tensors> {
+    // The script's own copying so far, kept for its statistics around the nested run's.
+    let outer_copy_us = copy_clock::take_us();
+    let result = execute_model(model, noutputs, inputs, &Req { queue_us: 0, created: Instant::now(), inline: false });
+    copy_clock::add_us(outer_copy_us);
+    result
+}
+
 /// Runs one op on the calling worker thread.
 fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
     match op {
-        OpKind::Model { model, outputs, .. } => {
-            copy_clock::take_us();
-            match run_model(model, outputs.len(), inputs, Instant::now(), |m, refs| Some(m.run(refs))) {
-                Some((result, sample, end)) => {
-                    sample.record(model, req, end);
-                    result
-                }
-                // `run` always answers; only `run_within` (inline) gives up.
-                None => Err(Error::Generic("the operation did not run".into())),
-            }
-        }
+        OpKind::Model { model, outputs, .. } => execute_model(model, outputs.len(), inputs, req),
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
             copy_clock::take_us();

@@ -254,11 +254,9 @@ fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<T
             Tensor::from_blob(dtype, shape, data)
         })
         .collect::<Result<Vec<_>>>()?;
-    let outs = model.loaded()?.run(&tensors.iter().collect::<Vec<_>>())?;
-    if outs.len() != noutputs {
-        return Err(Error::Generic("Model did not generate the expected number of outputs".into()));
-    }
-    Ok(outs.into_vec())
+    let inputs: Vec<Arc<Tensor>> = tensors.into_iter().map(Arc::new).collect();
+    let outs = crate::exec::run::run_nested(&model, &inputs, noutputs)?;
+    Ok(outs.into_iter().map(|t| Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())).collect())
 }
 
 unsafe extern "C" fn model_execute(
