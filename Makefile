@@ -98,6 +98,7 @@ run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module,
 # tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) runs on the first server only.
 test: build venv dist wheel ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
+	torch/tests/run-cpp-tests.sh
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
 	servers=$$(scripts/servers.sh $(VENV)); eval "$$servers"; \
 	export $(PYTEST_ENV); \

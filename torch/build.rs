@@ -9,9 +9,26 @@ fn main() {
         std::env::var("LIBTORCH").expect("LIBTORCH must point at the libtorch cache (make build sets it)"),
     );
     println!("cargo:rerun-if-env-changed=LIBTORCH");
-    println!("cargo:rerun-if-changed=src/shim.cpp");
-    println!("cargo:rerun-if-changed=src/sandbox.cpp");
-    println!("cargo:rerun-if-changed=src/sandbox.h");
+    // The shim and the sandbox (sandbox.cpp lists its files). torch/tests/run-cpp-tests.sh builds the sandbox's
+    // scanners with the same flags: keep the two in step.
+    let sources = [
+        "src/shim.cpp",
+        "src/sandbox.cpp",
+        "src/sandbox_policy.cpp",
+        "src/sandbox_archive.cpp",
+        "src/sandbox_scan.cpp",
+        "src/sandbox_limits.cpp",
+        "src/sandbox_ops.cpp",
+    ];
+    for file in sources.iter().chain(&[
+        "src/sandbox.h",
+        "src/sandbox_policy.h",
+        "src/sandbox_scan.h",
+        "src/sandbox_limits.h",
+        "src/sandbox_ops.h",
+    ]) {
+        println!("cargo:rerun-if-changed={file}");
+    }
     let include = libtorch.join("include");
     cc::Build::new()
         .cpp(true)
@@ -21,8 +38,7 @@ fn main() {
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
-        .file("src/shim.cpp")
-        .file("src/sandbox.cpp")
+        .files(sources)
         .compile("redisai_torch_shim");
     let lib = libtorch.join("lib");
     println!("cargo:rustc-link-search=native={}", lib.display());
