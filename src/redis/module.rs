@@ -117,6 +117,11 @@ fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) ->
 
     admin_categories(ctx);
     raw::register_info_function(ctx.as_ptr(), Some(info::info_func));
+    // RedisAI made the CPU queue (and its workers) at load: INFO lists `ai_queue_CPU_bthread_n1_used_cpu_total`
+    // before any model exists, and tools read it. The workers sleep until work comes.
+    if let Err(e) = crate::exec::queue_of("CPU") {
+        log_warning(&format!("redisai: {}", e.reply_text()));
+    }
     // Commands queue work without waking a worker each; the wake-ups go out once per event-loop iteration.
     let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
     if raw::subscribe_to_server_event(ctx.as_ptr(), event, Some(before_sleep)) == raw::Status::Ok {

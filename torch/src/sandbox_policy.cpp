@@ -171,7 +171,7 @@ namespace {
 // ---- what a type can hold -----------------------------------------------------------------------------------
 
 // What a type walk looks for: type kinds, and how deep into contained types it looks (a type nested deeper
-// counts as holding none of them).
+// counts as holding them: the walk fails closed, so nesting cannot hide a kind from a check).
 struct TypeKinds {
   std::vector<c10::TypeKind> kinds;
   int max_depth;
@@ -179,7 +179,8 @@ struct TypeKinds {
 
 // Whether `t`, or a type it contains, is of one of `what`'s kinds.
 bool holds(const c10::TypePtr& t, const TypeKinds& what, int depth = 0) {
-  if (!t || depth > what.max_depth) return false;
+  if (!t) return false;
+  if (depth > what.max_depth) return true;
   if (std::find(what.kinds.begin(), what.kinds.end(), t->kind()) != what.kinds.end()) return true;
   for (const auto& c : t->containedTypes()) {
     if (holds(c, what, depth + 1)) return true;
@@ -440,6 +441,8 @@ std::vector<torch::jit::Function*> inspect(const torch::jit::CompilationUnit& cu
   for (auto* fn : fns) ins.function(*fn);
   return fns;
 }
+
+bool may_show_address(const c10::TypePtr& t) { return holds(t, kShowsAddress); }
 
 }  // namespace detail
 

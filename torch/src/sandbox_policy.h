@@ -2,6 +2,8 @@
 // part of the sandbox throws. Defined in sandbox_policy.cpp.
 #pragma once
 
+#include <ATen/core/jit_type_base.h>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -30,6 +32,10 @@ inline const std::string kClassPrefix = "__torch__.torch.classes.";
 // Why a custom (C++) class is refused (`__torch__.torch.classes.<ns>.<name>` or `<ns>.<name>`); nullptr when
 // allowed.
 const char* class_reason(const std::string& qualname);
+
+// Whether str()/format of a value of type `t` could print a memory address (an object, a future …, at any
+// depth; a type nested past the walk's bound counts as one).
+bool may_show_address(const c10::TypePtr& t);
 
 // Every function of `cu`, compiled, each checked against the policy (operators, classes, formatting); throws the
 // refusal. Returns the functions.

@@ -8,6 +8,7 @@
 #include "../src/sandbox_policy.h"
 #include "../src/sandbox_scan.h"
 
+#include <ATen/core/jit_type.h>
 #include <torch/csrc/jit/frontend/source_range.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
@@ -541,10 +542,31 @@ void source_tests() {
 
 }  // namespace
 
+// The policy's type walk fails closed: a kind nested past its depth bound still counts (it used to be let
+// through, so `str()` of an object inside 33 nested lists printed its address).
+void type_walk_tests() {
+  auto nested = [](c10::TypePtr t, int levels) {
+    for (int i = 0; i < levels; ++i) t = c10::ListType::create(t);
+    return t;
+  };
+  const c10::TypePtr future = c10::FutureType::create(c10::IntType::get());
+  for (int levels : {0, 1, 31, 32, 33, 40, 200}) {
+    test("type walk: a Future inside " + std::to_string(levels) + " lists may show an address", [&] {
+      return rai::detail::may_show_address(nested(future, levels)) ? "" : "let through";
+    });
+  }
+  for (int levels : {0, 1, 20, 32}) {
+    test("type walk: ints inside " + std::to_string(levels) + " lists show none", [&] {
+      return rai::detail::may_show_address(nested(c10::IntType::get(), levels)) ? "refused" : "";
+    });
+  }
+}
+
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the cases' lines in order with the failure on stderr
   pickle_tests();
   source_tests();
+  type_walk_tests();
   std::printf("\nsandbox_scan_test: %d cases, %d failed\n", g_cases, g_failed);
   if (g_failed) {
     std::fprintf(stderr, "sandbox_scan_test: FAILED (%d of %d cases)\n", g_failed, g_cases);
