@@ -28,9 +28,9 @@ from helpers.recorded import RECORDED, need_case, payload_body, recorded_create
 from helpers.resp import RespError
 from helpers.torch_models import entry, pt_blob, pt_store, script_set, script_store
 # helpers of other test files, reused rather than copied
-from test_model_persistence import recorded_model_function
+from test_persistence_model import recorded_model_function
 from test_restore import assert_reply, crc64, rdb_len
-from test_tensorflow import tf_blob
+from test_backend_tf import tf_blob
 
 FSYNC_PERIOD = 1.0  # appendfsync everysec: Redis fsyncs the AOF once a second
 MARGIN = 0.5  # a late fsync, scheduling on a loaded machine
