@@ -19,19 +19,27 @@ Fixtures:
   module_server one server shared by the tests of a file (started once, default args)
   con           a client of ``module_server`` after FLUSHALL (the cheap default for tests that do not
                 need their own server)
+  port          the port of that shared server, for raw RESP (helpers.resp.raw_command)
 
 This file holds only the fixtures and pytest hooks. Everything the tests import lives in the package
 ``helpers`` next to it (tests/flow is on sys.path under pytest): ``from helpers.checks import check_error``.
   helpers/server.py       RedisServer, server_flavor, the paths and environment (REPO_ROOT, DATA_DIR,
                           MODULE_PATH, SERVER_BIN, ONNX_LIB, ...)
   helpers/resp.py         RESP on a socket: raw_command, RespError, RespReader, RawClient, encode_command
-  helpers/checks.py       check_error, check_error_raw, wait_for, module_names
+  helpers/checks.py       check_error, check_error_raw, error_text, wait_for, module_names
   helpers/data.py         files of tests/data: DATA_DIR, data_blob, weights (tests/data/weights.py)
   helpers/onnx_models.py  ONNX models, tensor / INFO helpers, Request, generated models (`onnx` package)
-  helpers/torch_models.py TorchScript models and scripts
+  helpers/torch_models.py TorchScript models, script sources and script calls
+  helpers/tf_models.py    the committed TF graphs, tf_store, a GraphDef reader and numpy evaluator
+  helpers/tflite_models.py the committed TFLITE models, tfl_store, a hand-built WHILE model
   helpers/tf_graphs.py    hand-encoded TensorFlow GraphDefs
-  helpers/recorded.py     the cases recorded from RedisAI (tests/data/redisai-dumps.json)
+  helpers/dag.py          DAG commands (dag_cmd) and tensors as numpy arrays (tset, tget)
+  helpers/rdb.py          DUMP payloads built byte by byte (RDB encoding, CRC-64, AI_TENSOR / AI__MODEL layouts)
+  helpers/recorded.py     the cases recorded from RedisAI (tests/data/redisai-dumps.json), assert_reply
+  helpers/admission.py    refused models kept but never run (test_security_onnx.py, test_security_tflite.py)
+  helpers/watch.py        inotify on a file the server must not touch
   helpers/aof.py          reading the AOF, waiting for rewrites
+No test file imports another: what two test files share lives here. Where each test lives: tests/README.md.
 """
 
 import os
@@ -155,3 +163,9 @@ def shared_server(request, module_server):
 def con(shared_server):
     """A redis-py client of the shared server (empty keyspace)."""
     return shared_server.client()
+
+
+@pytest.fixture
+def port(shared_server):
+    """The port of the shared server, for raw RESP checks (helpers.resp.raw_command, checks.check_error_raw)."""
+    return shared_server.port

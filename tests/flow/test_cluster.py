@@ -1,4 +1,4 @@
-"""The module in a local 3-shard Redis Cluster (spec §3.9): key positions reported through the getkeys API let
+"""The module in a local 3-shard Redis Cluster: key positions reported through the getkeys API (COMMAND GETKEYS) let
 the cluster route AI.MODELEXECUTE / AI.DAGEXECUTE by their keys (models, LOAD/PERSIST keys, ROUTING) and refuse
 cross-slot commands with Redis's own CROSSSLOT error. Models are per shard: a model is stored on the shard that
 owns its key's slot.

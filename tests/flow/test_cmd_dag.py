@@ -1,24 +1,27 @@
-"""AI.DAGEXECUTE / AI.DAGEXECUTE_RO / AI.DAGRUN / AI.DAGRUN_RO: spec §1.14 (errors), §2 (semantics), §3.8
-(replication of PERSISTed outputs), §3.9 (getkeys), §4.4 (the multi-device pipelines, rebuilt with the tiny ONNX
-models of tests/data on the devices `CPU` and `CPU:1`).
+"""AI.DAGEXECUTE / AI.DAGEXECUTE_RO / AI.DAGRUN / AI.DAGRUN_RO (docs/commands.md, "AI.DAGEXECUTE"), whatever ops
+the DAG holds: parse errors, LOAD / PERSIST and names local to the DAG, model ops and script ops, the multi-device
+pipelines of RedisAI's DAG tests (pre-processing, two models on two devices, ensemble, post-processing; rebuilt with
+the tiny models of tests/data on the devices `CPU` and `CPU:1`), TIMEOUT, read-only DAGs on a replica and the keys
+the commands declare. Replication of PERSISTed outputs is in test_persistence_tensor.py, DAGs in MULTI / Lua in
+test_exec_transactions.py, two devices at once in test_exec_concurrency.py, AI.INFO counts in test_observability.py.
 
 Deliberate deviation from RedisAI 1.2.7 asserted here: a negative DAG TIMEOUT is refused with
 `ERR Invalid value for TIMEOUT` (RedisAI compared a pointer with 0 and let it through as "no timeout").
-Scripts are not implemented yet: only the `script key is empty` error of a script op is tested.
 """
 
 import os
-import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
 
-from helpers.checks import check_error, wait_for
+from helpers.checks import check_error, check_error_raw, wait_for
+from helpers.dag import X24, dag_cmd, from_meta_blob, heavy_batch, is_error, keys_of, tensorset_args, tget, tset
 from helpers.data import DATA_DIR, weights
-from helpers.resp import RawClient, RespError, encode_command
+from helpers.onnx_models import get_tensor, set_tensor
+from helpers.resp import RawClient, RespError
+from helpers.torch_models import MAIN_FNS, MAIN_SRC, OLD_SRC, entry, f32, pt_store, script_set, script_store
 
 
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
@@ -64,56 +67,13 @@ def store(con, key, name, device="CPU"):
     assert con.execute_command("AI.MODELSTORE", key, "ONNX", device, "BLOB", blob(name)) == b"OK"
 
 
-NP_TYPES = {np.float32: "FLOAT", np.float64: "DOUBLE", np.int32: "INT32", np.int64: "INT64"}
-NP_OF = {b"FLOAT": np.float32, b"DOUBLE": np.float64, b"INT32": np.int32, b"INT64": np.int64}
-
-
-def tensorset_args(key, arr):
-    arr = np.ascontiguousarray(arr)
-    return ["AI.TENSORSET", key, NP_TYPES[arr.dtype.type], *arr.shape, "BLOB", arr.tobytes()]
-
-
-def tset(con, key, arr):
-    assert con.execute_command(*tensorset_args(key, arr)) == b"OK"
-
-
-def from_meta_blob(reply):
-    """A TENSORGET META BLOB reply -> numpy array."""
-    assert isinstance(reply, list) and len(reply) == 6, reply
-    assert reply[0] == b"dtype" and reply[2] == b"shape" and reply[4] == b"blob", reply
-    return np.frombuffer(reply[5], dtype=NP_OF[reply[1]]).reshape(reply[3])
-
-
-def tget(con, key):
-    return from_meta_blob(con.execute_command("AI.TENSORGET", key, "META", "BLOB"))
-
-
-def dag_cmd(command, header, ops):
-    """[command, *header, '|>', *op1, '|>', *op2, ...]."""
-    out = [command, *header]
-    for op in ops:
-        out += ["|>", *op]
-    return out
-
-
 def mexec(model, inputs, outputs):
     return ["AI.MODELEXECUTE", model, "INPUTS", len(inputs), *inputs, "OUTPUTS", len(outputs), *outputs]
-
-
-def is_error(x):
-    return isinstance(x, redis.exceptions.ResponseError)
 
 
 def ai_info(con, key):
     reply = con.execute_command("AI.INFO", key)
     return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
-
-
-def keys_of(con):
-    return sorted(k.decode() for k in con.keys("*"))
-
-
-X24 = np.array([[1, -2, 3, 0.5], [0.25, 4, -1, 2]], dtype=np.float32)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -346,7 +306,7 @@ def test_dag_persist_only_the_persist_keys(con):
 
 
 def test_dag_same_name_set_twice(con):
-    """§2.1 point 7: a TENSORGET between two TENSORSETs of one name sees the first; PERSIST the last."""
+    """A TENSORGET between two TENSORSETs of one name sees the first; PERSIST the last."""
     ret = con.execute_command("AI.DAGEXECUTE", "PERSIST", 1, "t1", "|>",
                               "AI.TENSORSET", "t1", "FLOAT", 1, 2, "VALUES", 5, 10, "|>",
                               "AI.TENSORGET", "t1", "META", "VALUES", "|>",
@@ -530,7 +490,7 @@ def test_dagrun_with_modelrun(con):
 
 
 # --------------------------------------------------------------------------------------------------
-# §4.4: multi-device pipelines (CPU and CPU:1)
+# multi-device pipelines (CPU and CPU:1)
 
 
 def store_pipeline_models(con):
@@ -631,39 +591,8 @@ def test_dag_multidevice_branch_failure(con):
         assert con.exists("out{1}") == 0
 
 
-def test_dag_ai_info_stats(con):
-    store(con, "lin", "linear")
-    store(con, "lin1", "linear", "CPU:1")
-    x5 = np.ones((5, 4), dtype=np.float32)
-    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["ROUTING", "x"], [
-        tensorset_args("x", x5), mexec("lin", ["x"], ["a"]), mexec("lin", ["x"], ["b"]),
-        mexec("lin1", ["x"], ["c"]), ["AI.TENSORSET", "one", "FLOAT", 1, 4], mexec("lin", ["one"], ["d"])]))
-    assert ret == [b"OK"] * 6
-    info = ai_info(con, "lin")
-    assert (info["calls"], info["samples"], info["errors"]) == (3, 11, 0), info
-    assert info["duration"] > 0
-    info = ai_info(con, "lin1")
-    assert (info["calls"], info["samples"], info["errors"]) == (1, 5, 0), info
-    assert (info["key"], info["type"], info["backend"], info["device"]) == (b"lin1", b"MODEL", b"ONNX", b"CPU:1")
-    # a failing op counts a call and an error; the op after it, never run, counts nothing
-    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["ROUTING", "x"], [
-        ["AI.TENSORSET", "i", "INT32", 1, 4], mexec("lin", ["i"], ["a"]), mexec("lin1", ["a"], ["b"])]))
-    assert ret[0] == b"OK" and is_error(ret[1]) and ret[2] == b"NA"
-    info = ai_info(con, "lin")
-    assert (info["calls"], info["samples"], info["errors"]) == (4, 11, 1), info
-    info = ai_info(con, "lin1")
-    assert (info["calls"], info["samples"], info["errors"]) == (1, 5, 0), info
-    # parse-time errors count nothing
-    check_error(con, E_INPUT_NOT_FOUND, *dag_cmd("AI.DAGEXECUTE", ["ROUTING", "x"], [mexec("lin", ["nope"], ["a"])]))
-    assert ai_info(con, "lin")["calls"] == 4
-
-
 # --------------------------------------------------------------------------------------------------
 # TIMEOUT
-
-
-def heavy_batch(n, seed=0):
-    return np.random.default_rng(seed).standard_normal((n, weights.HEAVY_WIDTH)).astype(np.float32)
 
 
 def blocked_clients(srv):
@@ -727,51 +656,7 @@ def test_dag_timeout_while_queue_busy(server):
 
 
 # --------------------------------------------------------------------------------------------------
-# replication, read-only replicas
-
-
-def test_dag_persist_replication(make_server, make_replica):
-    master = make_server(server_args=["--appendonly", "yes", "--appendfsync", "always"])
-    replica = make_replica(master)
-    con, rcon = master.client(), replica.client()
-    store(con, "lin", "linear", "CPU:1")
-    store(con, "two", "two_outputs")
-    tset(con, "x", X24)
-    assert con.execute_command("WAIT", 1, 10000) == 1
-    rcon.execute_command("CONFIG", "RESETSTAT")
-    y = weights.linear(X24)
-    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "x", "PERSIST", 3, "y", "p", "set"], [
-        mexec("lin", ["x"], ["y"]), mexec("two", ["y"], ["p", "t"]),
-        ["AI.TENSORSET", "set", "INT32", 2, "VALUES", 1, 2], ["AI.TENSORSET", "local", "FLOAT", 1]]))
-    assert ret == [b"OK"] * 4
-    ret = con.execute_command("AI.DAGRUN", "LOAD", 1, "x", "PERSIST", 1, "yy", "|>",
-                              "AI.MODELRUN", "lin", "INPUTS", "x", "OUTPUTS", "yy")
-    assert ret == [b"OK"]
-    assert con.execute_command("WAIT", 1, 10000) == 1
-    np.testing.assert_allclose(tget(rcon, "y"), y, rtol=1e-5)
-    np.testing.assert_allclose(tget(rcon, "yy"), y, rtol=1e-5)
-    np.testing.assert_allclose(tget(rcon, "p"), y + 1, rtol=1e-5)
-    assert tget(rcon, "set").tolist() == [1, 2] and tget(rcon, "set").dtype == np.int32
-    assert keys_of(rcon) == ["lin", "p", "set", "two", "x", "y", "yy"]
-    # the replica received AI.TENSORSET commands, never the DAG itself (nor the model runs)
-    stats = replica.info("commandstats")
-    assert "calls=4," in stats.get("cmdstat_ai.tensorset", ""), stats
-    assert not any(k.startswith(("cmdstat_ai.dag", "cmdstat_ai.model")) for k in stats), stats
-    # ... as `AI.TENSORSET <key> <TYPE> <dims> BLOB <data>` (the same stream goes to the AOF)
-    aof = b"".join(p.read_bytes() for p in sorted((master.dir / "appendonlydir").glob("*.incr.aof")))
-    assert b"AI.DAGEXECUTE" not in aof.upper() and b"AI.DAGRUN" not in aof.upper()
-    expected = encode_command(["AI.TENSORSET", "p", "FLOAT", 2, 3, "BLOB", (y + 1).astype(np.float32).tobytes()])
-    assert expected in aof
-    expected = encode_command(["AI.TENSORSET", "set", "INT32", 2, "BLOB", np.array([1, 2], np.int32).tobytes()])
-    assert expected in aof
-    # a failed DAG replicates nothing
-    before = replica.info("commandstats")["cmdstat_ai.tensorset"]
-    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["PERSIST", 1, "z"], [
-        ["AI.TENSORSET", "i", "INT32", 2, 4], mexec("lin", ["i"], ["z"])]))
-    assert ret[0] == b"OK" and is_error(ret[1])
-    assert con.execute_command("WAIT", 1, 10000) == 1
-    assert replica.info("commandstats")["cmdstat_ai.tensorset"] == before
-    assert rcon.exists("z") == 0
+# read-only DAGs on a replica
 
 
 def test_dag_ro_on_replica(make_server, make_replica):
@@ -804,29 +689,7 @@ def test_dag_ro_on_replica(make_server, make_replica):
 
 
 # --------------------------------------------------------------------------------------------------
-# MULTI / Lua, getkeys
-
-
-def test_dag_in_multi_and_lua(server):
-    con = server.client()
-    tset(con, "x", X24)
-    dags = [["AI.DAGEXECUTE", "LOAD", 1, "x", "|>", "AI.TENSORGET", "x", "VALUES"],
-            ["AI.DAGEXECUTE_RO", "ROUTING", "x", "|>", "AI.TENSORSET", "a", "FLOAT", 1],
-            ["AI.DAGRUN", "|>", "AI.TENSORSET", "a", "FLOAT", 1],
-            ["AI.DAGRUN_RO", "LOAD", 1, "x", "|>", "AI.TENSORGET", "x", "VALUES"]]
-    c = RawClient(server.port)
-    try:
-        for dag in dags:
-            assert c.call("MULTI") == "OK"
-            assert c.call(*dag) == "QUEUED"
-            assert c.call("EXEC") == [RespError("ERR " + E_NOT_IN_TXN)]
-        for dag in dags:
-            script = "return redis.call(" + ",".join(f"'{a}'" for a in dag) + ")"
-            r = c.call("EVAL", script, 0)
-            assert isinstance(r, RespError) and E_NOT_IN_TXN in r, r
-    finally:
-        c.close()
-    assert keys_of(con) == ["x"]
+# COMMAND GETKEYS
 
 
 @pytest.mark.parametrize("cmd, keys", [
@@ -846,75 +709,185 @@ def test_dag_getkeys(shared_server, cmd, keys):
 
 
 # --------------------------------------------------------------------------------------------------
-# parallel devices, checked through the workers' CPU time
+# script ops in DAGs
 
 
-def worker_threads(pid):
-    """{thread name: tid} of a process."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            out[(task / "comm").read_text().strip()] = int(task.name)
-        except OSError:
-            pass
-    return out
+# the pre/post-processing script of the multi-device pipelines
+PIPE_FNS = ["pre_process", "post_process", "ensemble"]
+PIPE_SRC = (
+    entry("pre_process", "return [t / 10 for t in tensors]")
+    + entry("post_process", "return tensors[0] * 2 - 1")
+    + entry("ensemble", "return (tensors[0] + tensors[1]) / 2")
+)
 
 
-def thread_cpu_ticks(pid, tid):
-    with open(f"/proc/{pid}/task/{tid}/stat") as f:
-        data = f.read()
-    fields = data[data.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
+def pipeline_setup(con):
+    """The pipeline parts: a pre/post-processing script on CPU:1, torch_linear on CPU, linear.onnx on CPU:1."""
+    script_store(con, "imagenet_script", PIPE_SRC, PIPE_FNS, device="CPU:1")
+    pt_store(con, "imagenet_model1", "torch_linear", device="CPU")
+    store(con, "imagenet_model2", "linear", device="CPU:1")
+    x1 = f32(3, 4, seed=21) * 10
+    x2 = f32(3, 4, seed=22) * 10
+    set_tensor(con, "image2", x2)
+    return x1, x2
 
 
-@pytest.mark.module_args("INTRA_OP_PARALLELISM", "1")
-@pytest.mark.skipif(os.cpu_count() < 2, reason="needs two CPUs to run two device queues at once")
-def test_dag_two_devices_run_in_parallel(server):
-    """heavy.onnx on CPU and on CPU:1 in one DAG: the worker threads `ai:CPU:0` and `ai:CPU:1:0` both
-    accumulate CPU time in the same sampling intervals (many of them), which a sequential run could only do in
-    the one interval where the first op ends and the second starts."""
-    con = server.client()
-    store(con, "h0", "heavy", "CPU")
-    store(con, "h1", "heavy", "cpu:1")
-    x = heavy_batch(512, seed=1)
-    tset(con, "x", x)
-    # size the batch so that each op takes about a second here
-    assert con.execute_command(*mexec("h1", ["x"], ["y"])) == b"OK"
-    start = time.monotonic()
-    assert con.execute_command(*mexec("h0", ["x"], ["y"])) == b"OK"
-    per_row = (time.monotonic() - start) / 512
-    names = worker_threads(server.pid)
-    assert "ai:CPU:0" in names and "ai:CPU:1:0" in names, sorted(names)
-    assert "ai:cpu:1:0" not in names  # device strings name queues case-insensitively (h1 was stored on cpu:1)
-    t0, t1 = names["ai:CPU:0"], names["ai:CPU:1:0"]
-    batch = int(min(max(1.0 / max(per_row, 1e-7), 512), 65536))
-    x = heavy_batch(batch, seed=2)
-    tset(con, "x", x)
+def head(x1):
+    """TENSORSET image1 + pre_process of both images + the two models on two devices in parallel."""
+    return [
+        ["AI.TENSORSET", "image1", "FLOAT", 3, 4, "BLOB", x1.tobytes()],
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "pre_process", "INPUTS", 2, "image1", "image2",
+         "OUTPUTS", 2, "pre1", "pre2"],
+        ["AI.MODELEXECUTE", "imagenet_model1", "INPUTS", 1, "pre1", "OUTPUTS", 1, "temp_key1"],
+        ["AI.MODELEXECUTE", "imagenet_model2", "INPUTS", 1, "pre2", "OUTPUTS", 1, "temp_key2"],
+    ]
 
-    samples = []
-    stop = threading.Event()
 
-    def sampler():
-        while not stop.is_set():
-            samples.append((thread_cpu_ticks(server.pid, t0), thread_cpu_ticks(server.pid, t1)))
-            time.sleep(0.05)
+def post(x):
+    return x * np.float32(2) - np.float32(1)
 
-    th = threading.Thread(target=sampler)
-    th.start()
-    try:
-        ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "x"], [
-            mexec("h0", ["x"], ["y0"]), mexec("h1", ["x"], ["y1"]),
-            ["AI.TENSORGET", "y0", "META", "BLOB"], ["AI.TENSORGET", "y1", "META", "BLOB"]]))
-    finally:
-        stop.set()
-        th.join()
-    assert ret[:2] == [b"OK", b"OK"]
-    expected = weights.heavy(x)
-    np.testing.assert_allclose(from_meta_blob(ret[2]), expected, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(from_meta_blob(ret[3]), expected, rtol=1e-4, atol=1e-4)
-    d0 = samples[-1][0] - samples[0][0]
-    d1 = samples[-1][1] - samples[0][1]
-    assert d0 > 0 and d1 > 0, (d0, d1, batch)
-    both = sum(1 for a, b in zip(samples, samples[1:]) if b[0] > a[0] and b[1] > a[1])
-    assert both >= 3, (f"only {both} of {len(samples) - 1} intervals saw both workers run "
-                       f"(batch {batch}, ticks {d0}/{d1})")
+
+def test_dag_multidevice_pipeline(con, port):
+    x1, x2 = pipeline_setup(con)
+    # ops may only read what was LOADed or produced before
+    check_error(con, "INPUT key cannot be found in DAG", *dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "image2"], [
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "pre_process", "INPUTS", 2, "image1", "image2",
+         "OUTPUTS", 2, "pre1", "pre2"]]))
+    check_error(con, "Number of keys given as INPUTS here does not match model definition", *dag_cmd("AI.DAGEXECUTE", 
+        ["LOAD", 1, "image2"], [["AI.MODELEXECUTE", "imagenet_model1", "INPUTS", 2, "image2", "image2",
+                                 "OUTPUTS", 1, "y"]]))
+    # a function that does not exist is that op's error entry; the ops after it are not run
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "image2"], [
+        ["AI.TENSORSET", "image1", "FLOAT", 3, 4, "BLOB", x1.tobytes()],
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "wrong_fn", "INPUTS", 2, "image1", "image2",
+         "OUTPUTS", 2, "pre1", "pre2"],
+        ["AI.TENSORGET", "pre1", "META"]]))
+    assert ret[0] == b"OK" and ret[2] == b"NA", ret
+    assert isinstance(ret[1], redis.exceptions.ResponseError) and str(ret[1]) == "Function does not exist: wrong_fn"
+    # the full pipeline: TENSORSET -> pre_process (CPU:1) -> two models (CPU, CPU:1) -> two post_process
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "image2", "PERSIST", 2, "output1", "output2"],
+                                       head(x1) + [
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output1"],
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key2", "OUTPUTS", 1, "output2"],
+    ]))
+    assert ret == [b"OK"] * 6, ret
+    np.testing.assert_allclose(get_tensor(con, "output1"), post(weights.linear(x1 / np.float32(10))),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(get_tensor(con, "output2"), post(weights.linear(x2 / np.float32(10))),
+                               rtol=1e-5, atol=1e-5)
+    for k in ("image1", "pre1", "pre2", "temp_key1", "temp_key2"):
+        assert con.exists(k) == 0, k
+    info = ai_info(con, "imagenet_script")
+    assert (info["calls"], info["errors"], info["device"]) == (4, 1, b"CPU:1"), info
+    assert ai_info(con, "imagenet_model1")["calls"] == 1 and ai_info(con, "imagenet_model2")["calls"] == 1
+
+
+def test_dag_ensemble_alias(con):
+    x1, x2 = pipeline_setup(con)
+    header = ["LOAD", 1, "image2", "PERSIST", 2, "output", "temp_key1"]
+    check_error(con, "PERSIST key cannot be found in DAG",
+                *dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "image2", "PERSIST", 1, "nothere"], head(x1)))
+    check_error(con, "INPUT key cannot be found in DAG", *dag_cmd("AI.DAGEXECUTE", header, head(x1) + [
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "ensemble", "INPUTS", 2, "temp_key1_foo", "temp_key2",
+         "OUTPUTS", 1, "temp_key1"],
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output"]]))
+    # the ensemble gets one tensor only and indexes tensors[1]: libtorch's error in that op's entry, NA after it,
+    # nothing persisted
+    before = ai_info(con, "imagenet_script")
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", header, head(x1) + [
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "ensemble", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "temp_key1"],
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output"]]))
+    assert len(ret) == 6 and ret[:4] == [b"OK"] * 4 and ret[5] == b"NA", ret
+    assert isinstance(ret[4], redis.exceptions.ResponseError), ret
+    assert "list index out of range" in str(ret[4]) and "\n" not in str(ret[4]), str(ret[4])
+    assert con.exists("output") == 0 and con.exists("temp_key1") == 0
+    after = ai_info(con, "imagenet_script")
+    assert (after["calls"] - before["calls"], after["errors"] - before["errors"]) == (2, 1), (before, after)
+    # the ensemble writes back into temp_key1 (a new tensor under the same name); post_process reads that one
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", header, head(x1) + [
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "ensemble", "INPUTS", 2, "temp_key1", "temp_key2",
+         "OUTPUTS", 1, "temp_key1"],
+        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output"]]))
+    assert ret == [b"OK"] * 6, ret
+    y1 = weights.linear(x1 / np.float32(10))
+    y2 = weights.linear(x2 / np.float32(10))
+    ens = (y1 + y2) / np.float32(2)
+    np.testing.assert_allclose(get_tensor(con, "temp_key1"), ens, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(get_tensor(con, "output"), post(ens), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(ens, y1)  # the alias is observable: the branches differ
+
+
+def test_dag_script_ops(con, port):
+    script_store(con, "s", MAIN_SRC, MAIN_FNS)
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    set_tensor(con, "a", a)
+    # inside a DAG the KEYS/INPUTS-first rule does not apply; KEYS/ARGS reach the function
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["ROUTING", "s"], [
+        ["AI.SCRIPTEXECUTE", "s", "make", "OUTPUTS", 1, "z"],
+        ["AI.SCRIPTEXECUTE", "s", "scale", "INPUTS", 1, "z", "ARGS", 1, "4", "OUTPUTS", 1, "z4"],
+        ["AI.SCRIPTEXECUTE", "s", "counts", "KEYS", 2, "k1", "k2", "INPUTS", 1, "z", "ARGS", 3, "x", "y", "w",
+         "OUTPUTS", 1, "n"],
+        ["AI.TENSORGET", "z4", "VALUES"],
+        ["AI.TENSORGET", "n", "VALUES"]]))
+    assert ret[:3] == [b"OK"] * 3, ret
+    assert [float(v) for v in ret[3]] == [4.0] * 6 and ret[4] == [1, 2, 3], ret
+    # tuples / lists flattened inside a DAG; PERSIST of script outputs
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "a", "PERSIST", 2, "p", "q"], [
+        ["AI.SCRIPTEXECUTE", "s", "pair", "INPUTS", 1, "a", "OUTPUTS", 2, "p", "q"],
+        ["AI.SCRIPTEXECUTE", "s", "swap", "INPUTS", 2, "p", "q", "OUTPUTS", 2, "q", "p"]]))
+    assert ret == [b"OK", b"OK"], ret
+    np.testing.assert_array_equal(get_tensor(con, "p"), a + 1)
+    np.testing.assert_array_equal(get_tensor(con, "q"), a * 2)
+    # errors of script ops
+    check_error_raw(port, "ERR AI.SCRIPTEXECUTE command cannot be specified in a read-only DAG",
+                    *dag_cmd("AI.DAGEXECUTE_RO", ["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a",
+                                                                     "a", "OUTPUTS", 1, "c"]]))
+    check_error_raw(port, "Deprecated AI.SCRIPTRUN cannot be used in AI.DAGEXECUTE command",
+                    *dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "a"], [["AI.SCRIPTRUN", "s", "bar", "INPUTS", "a", "a",
+                                                                  "OUTPUTS", "c"]]))
+    check_error_raw(port, "AI.SCRIPTEXECUTE cannot be used in a deprecated AI.DAGRUN command",
+                    *dag_cmd("AI.DAGRUN", ["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "a",
+                                                              "OUTPUTS", 1, "c"]]))
+    check_error_raw(port, "ERR TIMEOUT not allowed within a DAG command",
+                    *dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "a",
+                                                                  "OUTPUTS", 1, "c", "TIMEOUT", 100]]))
+    check_error_raw(port, "ERR script key is empty",
+                    *dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "nos", "bar", "INPUTS", 2, "a",
+                                                                  "a", "OUTPUTS", 1, "c"]]))
+    check_error(con, "INPUT key cannot be found in DAG",
+                *dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a",
+                                                              "undefined", "OUTPUTS", 1, "c"]]))
+    # a runtime error in the middle: the error entry, NA for what follows, nothing persisted
+    ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "a", "PERSIST", 1, "c"], [
+        ["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 1, "a", "OUTPUTS", 1, "b"],
+        ["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "b", "b", "OUTPUTS", 1, "c"],
+        ["AI.TENSORGET", "c", "VALUES"]]))
+    assert isinstance(ret[0], redis.exceptions.ResponseError) and "list index out of range" in str(ret[0]), ret
+    assert ret[1:] == [b"NA", b"NA"], ret
+    assert con.exists("c") == 0
+
+
+def test_dagrun_scriptrun(con, port):
+    x1, x2 = pipeline_setup(con)
+    script_set(con, "old_script", OLD_SRC, device="CPU:1")
+    # the ensemble pipeline with the deprecated commands; SCRIPTRUN's `$` inside a DAG
+    ret = con.execute_command(*dag_cmd("AI.DAGRUN", ["LOAD", 1, "image2", "PERSIST", 1, "output"], [
+        ["AI.TENSORSET", "image1", "FLOAT", 3, 4, "BLOB", x1.tobytes()],
+        ["AI.SCRIPTRUN", "old_script", "pre", "INPUTS", "image1", "OUTPUTS", "pre1"],
+        ["AI.SCRIPTRUN", "old_script", "pre", "INPUTS", "image2", "OUTPUTS", "pre2"],
+        ["AI.MODELRUN", "imagenet_model1", "INPUTS", "pre1", "OUTPUTS", "temp_key1"],
+        ["AI.MODELRUN", "imagenet_model2", "INPUTS", "pre2", "OUTPUTS", "temp_key2"],
+        ["AI.SCRIPTRUN", "old_script", "ens", "INPUTS", "temp_key1", "$", "temp_key2", "OUTPUTS", "temp_key1"],
+        ["AI.SCRIPTRUN", "old_script", "post", "INPUTS", "temp_key1", "OUTPUTS", "output"],
+        ["AI.TENSORGET", "output", "META"]]))
+    assert ret[:7] == [b"OK"] * 7 and ret[7] == [b"dtype", b"FLOAT", b"shape", [3, 4 - 1]], ret
+    ens = (weights.linear(x1 / np.float32(10)) + weights.linear(x2 / np.float32(10))) / np.float32(2)
+    np.testing.assert_allclose(get_tensor(con, "output"), post(ens), rtol=1e-5, atol=1e-5)
+    # DAGRUN_RO allows SCRIPTRUN
+    ret = con.execute_command(*dag_cmd("AI.DAGRUN_RO", ["LOAD", 1, "image2"], [
+        ["AI.SCRIPTRUN", "old_script", "bar_variadic", "INPUTS", "image2", "$", "image2", "image2",
+         "OUTPUTS", "t"],
+        ["AI.TENSORGET", "t", "BLOB"]]))
+    assert ret[0] == b"OK", ret
+    np.testing.assert_array_equal(np.frombuffer(ret[1], dtype=np.float32).reshape(3, 4), x2 * np.float32(3))
+    assert con.exists("t") == 0

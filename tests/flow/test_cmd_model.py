@@ -1,11 +1,11 @@
-"""AI.MODELSTORE / MODELSET / MODELGET / MODELDEL / MODELEXECUTE / MODELRUN / AI.INFO / AI._MODELSCAN on the
-ONNX Runtime backend (spec §1.0, §1.5-1.9, §1.15, §1.18, §3.4, §3.9).
+"""AI.MODELSTORE / MODELSET / MODELGET / MODELDEL / MODELEXECUTE / MODELRUN / AI._MODELSCAN with ONNX models
+(docs/commands.md, the sections of these commands): what is stored and replied, the errors in the order the
+commands check them, TIMEOUT, the deprecated forms, the keys each command declares and its command table entry.
+What only one backend does is in test_backend_<backend>.py; AI.INFO is in test_observability.py.
 
-Error texts are compared on the wire (`ERR` prefix present exactly where the spec has it). Outputs are
-checked against numpy (tests/data/weights.py). Behaviour settled for this module (see the task brief):
-  * TF / TFLITE / TORCH are not built: a MODELSTORE that parses reply `Could not load backend <NAME>...`;
-  * MODELSTORE builds the model on a background thread (the storing client blocks);
-  * wrong-arity errors carry the upper-case command name.
+Error texts are compared on the wire (`ERR` prefix present exactly where RedisAI sends it). Outputs are
+checked against numpy (tests/data/weights.py). Also asserted: MODELSTORE builds the model on a background thread
+(the storing client blocks), and wrong-arity errors carry the upper-case command name.
 """
 
 import time
@@ -16,8 +16,7 @@ import redis
 
 from helpers.checks import WRONGTYPE, check_error, check_error_raw
 from helpers.data import weights
-from helpers.onnx_models import (AI_INFO_LEN, OUR_INFO_FIELDS, ai_info, blob, get_tensor, model_execute, set_tensor,
-                                 store, wide_model)
+from helpers.onnx_models import ai_info, blob, get_tensor, model_execute, set_tensor, store, wide_model
 from helpers.resp import RawClient, RespError, raw_command
 
 
@@ -39,11 +38,6 @@ IO_NAMES = {
     "add_int32": (["a", "b"], ["c"]),
     "heavy": (["x"], ["y"]),
 }
-
-
-@pytest.fixture
-def port(shared_server):
-    return shared_server.port
 
 
 # =================================================================================================
@@ -140,7 +134,7 @@ def test_modelstore_invalid_blob(con):
 
 
 # =================================================================================================
-# AI.MODELSTORE: errors in the spec's order (§1.5)
+# AI.MODELSTORE: errors in the order they are checked
 
 B = "BLOB"
 
@@ -246,6 +240,13 @@ def tf_parse_error_cases():
     ]
 
 
+def test_arity_errors_name_the_registered_command(con):
+    """redis-py sees the arity error as Redis words it for the registered (lower-case) name."""
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.MODELSTORE", "k", "CPU")
+    assert str(e.value) == "wrong number of arguments for 'ai.modelstore' command"
+
+
 @pytest.mark.parametrize("case", range(len(tf_parse_error_cases())))
 def test_modelstore_tf_parse_errors(con, port, case):
     """TF's INPUTS/OUTPUTS errors are parse-time: they come before the (unavailable) backend is loaded."""
@@ -254,7 +255,7 @@ def test_modelstore_tf_parse_errors(con, port, case):
     assert con.exists("m") == 0
 
 
-# Every backend is built (test_tensorflow.py, test_tflite.py, test_torch.py): the backend name is
+# Every backend is built (test_backend_tf.py, test_backend_tflite.py, test_backend_torch.py): the backend name is
 # case-insensitive and a payload the backend cannot read is that backend's error, with nothing stored.
 @pytest.mark.parametrize("backend,extra,error", [
     ("TFLITE", [], "TFLITE: the model is not a valid TensorFlow Lite flatbuffer"),
@@ -372,7 +373,7 @@ def test_modelget_errors(con, port):
 
 
 def test_modelget_blob_chunks(server):
-    """BLOB as an array of chunks once len >= MODEL_CHUNK_SIZE: n = len // chunk + 1 (§1.6)."""
+    """BLOB as an array of chunks once len >= MODEL_CHUNK_SIZE: n = len // chunk + 1 (docs/commands.md, AI.MODELGET)."""
     con = server.client()
     store(con, "h", "heavy")
     store(con, "m", "mul")
@@ -424,6 +425,13 @@ def test_modeldel(con, port):
     store(con, "m2", "mul")
     assert con.delete("m2") == 1
     check_error(con, "cannot find run info for key", "AI.INFO", "m2")
+
+
+def test_memory_usage(con):
+    store(con, "h", "heavy")
+    store(con, "m", "mul")
+    assert con.memory_usage("h") >= len(blob("heavy"))
+    assert con.memory_usage("m") >= len(blob("mul"))
 
 
 # =================================================================================================
@@ -526,7 +534,7 @@ def test_execute_case_insensitive_and_timeout(con, port):
 
 
 # =================================================================================================
-# AI.MODELEXECUTE: errors, in the spec's order (§1.8)
+# AI.MODELEXECUTE: errors, in the order they are checked
 
 
 def execute_error_cases():
@@ -770,56 +778,6 @@ def test_modelrun_errors(mul_setup, port, case):
 
 
 # =================================================================================================
-# AI.INFO (§1.15, §3.4)
-
-
-# A model's AI.INFO before any run (and after RESETSTAT): RedisAI's fields, then ours, all zero.
-FRESH_INFO = [b"key", b"m", b"type", b"MODEL", b"backend", b"ONNX", b"device", b"CPU", b"tag", b"v1",
-              b"duration", 0, b"samples", 0, b"calls", 0, b"errors", 0]
-FRESH_INFO += [x for f in OUR_INFO_FIELDS for x in (f.encode(), 0)]
-
-
-def test_ai_info(con, port):
-    store(con, "m", "linear", "TAG", "v1")
-    assert con.execute_command("AI.INFO", "m") == FRESH_INFO
-    for batch in (1, 5, 3):
-        set_tensor(con, "x", np.ones((batch, 4), dtype=np.float32))
-        model_execute(con, "m", ["x"], ["y"])
-    info = ai_info(con, "m")
-    assert (info["samples"], info["calls"], info["errors"]) == (9, 3, 0)
-    assert isinstance(info["duration"], int) and info["duration"] > 0
-    # duration is in microseconds: three tiny runs take far less than a second
-    assert info["duration"] < 1_000_000
-    # an error counts as a call and an error
-    set_tensor(con, "bad", np.ones((2, 7), dtype=np.float32))
-    with pytest.raises(redis.exceptions.ResponseError):
-        model_execute(con, "m", ["bad"], ["y"])
-    info2 = ai_info(con, "m")
-    assert (info2["samples"], info2["calls"], info2["errors"]) == (9, 4, 1)
-    assert info2["duration"] >= info["duration"]
-    # RESETSTAT
-    assert raw_command(port, "AI.INFO", "m", "RESETSTAT") == "OK"
-    assert con.execute_command("AI.INFO", "m") == FRESH_INFO
-    assert con.execute_command("AI.INFO", "m", "resetstat") == b"OK"
-    # any other third argument is ignored
-    assert len(con.execute_command("AI.INFO", "m", "whatever")) == AI_INFO_LEN
-    # two outputs: samples = dim 0 of the first output
-    store(con, "t", "two_outputs")
-    set_tensor(con, "x2", np.ones((6, 2), dtype=np.float32))
-    model_execute(con, "t", ["x2"], ["p", "q"])
-    assert ai_info(con, "t")["samples"] == 6
-
-
-def test_ai_info_errors(con, port):
-    check_error_raw(port, arity("AI.INFO"), "AI.INFO")
-    check_error_raw(port, arity("AI.INFO"), "AI.INFO", "m", "RESETSTAT", "x")
-    check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "nokey")
-    check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "nokey", "RESETSTAT")
-    set_tensor(con, "t", np.ones(1, dtype=np.float32))
-    check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "t")
-
-
-# =================================================================================================
 # AI._MODELSCAN
 
 
@@ -838,7 +796,7 @@ def test_modelscan(con, port):
 
 
 # =================================================================================================
-# keys of the commands (§3.9) and the command table (§1.0)
+# keys of the commands (COMMAND GETKEYS) and the command table (COMMAND INFO)
 
 
 def test_getkeys(port):

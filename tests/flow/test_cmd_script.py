@@ -1,81 +1,38 @@
 """TorchScript scripts (type AI_SCRIPT): AI.SCRIPTSTORE / SCRIPTSET / SCRIPTGET / SCRIPTDEL / SCRIPTEXECUTE /
-SCRIPTRUN / _SCRIPTSCAN, script ops in DAGs, AI.INFO, persistence and replication: spec §1.10-1.15, §2.3-2.4,
-§3.6-3.9, §4.4 (the resnet-style multi-device pipelines rebuilt with torch_linear on `CPU`, linear.onnx on
-`CPU:1` and a pre/post-processing script on `CPU:1`), and the `s:1` case recorded from RedisAI 1.2.7.
+SCRIPTRUN / _SCRIPTSCAN (docs/commands.md, the sections of these commands): parsing and its errors, entry points,
+devices, results, TIMEOUT, the deprecated forms, MEMORY USAGE and COMMAND GETKEYS. Script ops inside DAGs are in
+test_cmd_dag.py, what a script may call (redis.execute, redisAI.model_execute) in test_cmd_script_extensions.py,
+persistence in test_persistence_script.py.
 
 Error texts are compared on the wire: entry-point checks, `Function does not exist: <fn>`,
 `Function returned unexpected number of outputs - <fn>` and TorchScript's own messages come without `ERR`.
 
-Deliberate fix of an upstream bug asserted here: the AOF rewrite of a script stored with the deprecated
-AI.SCRIPTSET is `AI.SCRIPTSET <key> <device> TAG <tag> SOURCE <src>` (RedisAI wrote an AI.SCRIPTSTORE without
-ENTRY_POINTS, which cannot be replayed).
-
-Two more RedisAI 1.2.7 behaviours asserted here: SCRIPTEXECUTE without OUTPUTS runs
-and discards the function's result (torch_c.cpp `torchHandlOutputs`: `if (nOutputs == 0) return;`), and
-SCRIPTEXECUTE on a script stored with SCRIPTSET makes the "best effort" positional call of §1.13.
+Two RedisAI 1.2.7 behaviours asserted here: SCRIPTEXECUTE without OUTPUTS runs and discards the function's result
+(torch_c.cpp `torchHandlOutputs`: `if (nOutputs == 0) return;`), and SCRIPTEXECUTE on a script stored with
+SCRIPTSET calls the function with its tensors as positional arguments (RedisAI's "best effort" call).
 
 The runaway-loop script of RedisAI's TIMEOUT test (`long_func`, `for i in range(100000000)`) is bounded here by
 its ARGS (`range(int(args[0]))`, sized to run about 1.5 s) so that the test ends.
-
-Not implemented yet and not tested: the TorchScript extensions `redis.execute`, `redis.asList`,
-`redisAI.model_execute`.
 """
 
 import socket
-import threading
 import time
 
 import numpy as np
 import pytest
 import redis
 
-from helpers.aof import aof_commands, bgrewriteaof
-from helpers.checks import WRONGTYPE, check_error, check_error_raw, wait_replicas
-from helpers.data import weights
-from helpers.onnx_models import AI_INFO_LEN, ai_info, get_tensor, set_tensor, store
-from helpers.recorded import need_case, payload_body, recorded_create, recorded_reply
+from helpers.checks import WRONGTYPE, check_error_raw
+from helpers.onnx_models import ai_info, get_tensor, set_tensor
 from helpers.resp import RespError, RespReader, encode_command, raw_command
-from helpers.torch_models import entry, pt_store, script_execute, script_set, script_store, scriptexecute_args
+from helpers.torch_models import (BAR_SRC, MAIN_FNS, MAIN_SRC, OLD_SRC, entry, f32, pt_store, script_execute,
+                                  script_set, script_store, scriptexecute_args, scriptget_full, values)
 
-# the main test script: entry points with RedisAI's signature
-MAIN_FNS = ["bar", "scale", "pair", "swap", "counts", "keylens", "argsum", "int_fn", "make"]
-MAIN_SRC = (
-    entry("bar", "return tensors[0] + tensors[1]")
-    + entry("scale", "return tensors[0] * float(args[0])")
-    + entry("pair", "return tensors[0] + 1, tensors[0] * 2")
-    + entry("swap", "return [tensors[1], tensors[0]]")
-    + entry("counts", "return torch.tensor([len(tensors), len(keys), len(args)])")
-    + entry("keylens", "return torch.tensor([len(k) for k in keys])")
-    + entry("argsum", "x = torch.zeros(1)", "for a in args:", "    x = x + float(a)", "return x")
-    + entry("int_fn", "return 1")
-    + entry("make", "return torch.ones(2, 3)")
-)
-# an old-style script (AI.SCRIPTSET): positional tensor arguments, a trailing List[Tensor]
-OLD_SRC = (
-    "def bar(a, b):\n    return a + b\n\n"
-    "def bar_variadic(a, args: List[Tensor]):\n    return a + args[0] + args[1]\n\n"
-    "def pre(a):\n    return a / 10\n\n"
-    "def ens(a, rest: List[Tensor]):\n    return (a + rest[0]) / 2\n\n"
-    "def post(a):\n    return a * 2 - 1\n"
-)
-# the pre/post-processing script of the §4.4 pipelines
-PIPE_FNS = ["pre_process", "post_process", "ensemble"]
-PIPE_SRC = (
-    entry("pre_process", "return [t / 10 for t in tensors]")
-    + entry("post_process", "return tensors[0] * 2 - 1")
-    + entry("ensemble", "return (tensors[0] + tensors[1]) / 2")
-)
 LONG_SRC = entry("long_func", "a = tensors[0]", "for i in range(int(args[0])):", "    a = a + 1", "return a")
-BAR_SRC = entry("bar", "return tensors[0] + tensors[1]")
 
 
 def arity(cmd):
     return f"ERR wrong number of arguments for '{cmd}' command"
-
-
-@pytest.fixture
-def port(shared_server):
-    return shared_server.port
 
 
 def error_text(fn, *args, **kwargs):
@@ -84,19 +41,6 @@ def error_text(fn, *args, **kwargs):
     except redis.exceptions.ResponseError as e:
         return str(e)
     pytest.fail(f"expected an error, got {r!r}", pytrace=False)
-
-
-def values(con, key):
-    return [float(v) for v in con.execute_command("AI.TENSORGET", key, "VALUES")]
-
-
-def f32(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def scriptget_full(device, tag, entry_points, source):
-    return [b"device", device, b"tag", tag, b"Entry Points", [e.encode() for e in entry_points],
-            b"source", source.encode()]
 
 
 # =================================================================================================
@@ -125,6 +69,13 @@ def scriptstore_parse_cases():
         ("ERR Insufficient arguments, missing script SOURCE",
          ["AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "bar", "baz", "SOURCE"]),
     ]
+
+
+def test_arity_errors_name_the_registered_command(con):
+    """redis-py sees the arity error as Redis words it for the registered (lower-case) name."""
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTSTORE", "k", "CPU")
+    assert str(e.value) == "wrong number of arguments for 'ai.scriptstore' command"
 
 
 @pytest.mark.parametrize("case", range(len(scriptstore_parse_cases())))
@@ -433,7 +384,7 @@ def test_scriptexecute_without_outputs(con):
 
 
 def test_scriptexecute_on_scriptset_script(con):
-    """§1.13: for scripts stored with SCRIPTSET (no entry points) SCRIPTEXECUTE makes a "best effort" positional
+    """For scripts stored with SCRIPTSET (no entry points) SCRIPTEXECUTE makes a "best effort" positional
     call (tensor arguments, a trailing List[Tensor] takes the remaining inputs)."""
     script_set(con, "old", OLD_SRC)
     a = np.array([1.0, 2.0], dtype=np.float32)
@@ -444,36 +395,6 @@ def test_scriptexecute_on_scriptset_script(con):
     assert values(con, "c") == [11.0, 22.0]
     assert script_execute(con, "old", "bar_variadic", inputs=["a", "b", "b"], outputs=["c"]) == b"OK"
     assert values(con, "c") == [21.0, 42.0]
-
-
-def test_scriptexecute_concurrent_clients(server):
-    """Several clients running the same script on the same and on another device at once."""
-    con = server.client()
-    script_store(con, "s", MAIN_SRC, MAIN_FNS)
-    script_store(con, "s1", MAIN_SRC, MAIN_FNS, device="CPU:1")
-    errors = []
-
-    def worker(t):
-        c = server.client()
-        try:
-            for i in range(15):
-                x = np.full((2, 2), t * 100 + i, dtype=np.float32)
-                set_tensor(c, f"x{t}", x)
-                key = "s" if (t + i) % 2 else "s1"
-                assert script_execute(c, key, "scale", inputs=[f"x{t}"], args=[str(t + 1)],
-                                      outputs=[f"y{t}"]) == b"OK"
-                np.testing.assert_array_equal(get_tensor(c, f"y{t}"), x * np.float32(t + 1))
-        except Exception as e:  # noqa: BLE001
-            errors.append((t, repr(e)))
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not any(th.is_alive() for th in threads)
-    assert errors == [], errors
-    assert ai_info(con, "s")["calls"] + ai_info(con, "s1")["calls"] == 90
 
 
 def _send(port, *args):
@@ -588,30 +509,7 @@ def test_scriptrun_parse_errors(con, port):
 
 
 # =================================================================================================
-# AI.INFO, AI._SCRIPTSCAN, MEMORY USAGE, COMMAND GETKEYS
-
-
-def test_ai_info_script(con, port):
-    script_store(con, "s", MAIN_SRC, MAIN_FNS, tag="v1", device="CPU:1")
-    set_tensor(con, "a", np.ones((2, 2), dtype=np.float32))
-    assert script_execute(con, "s", "bar", inputs=["a", "a"], outputs=["c"]) == b"OK"
-    assert script_execute(con, "s", "pair", inputs=["a"], outputs=["p", "q"]) == b"OK"
-    with pytest.raises(redis.exceptions.ResponseError):
-        script_execute(con, "s", "nope", inputs=["a"], outputs=["c"])
-    reply = con.execute_command("AI.INFO", "s")
-    assert len(reply) == AI_INFO_LEN
-    assert reply[:10] == [b"key", b"s", b"type", b"SCRIPT", b"backend", b"TORCH", b"device", b"CPU:1", b"tag", b"v1"]
-    assert reply[10] == b"duration" and reply[11] > 0
-    assert reply[12:18] == [b"samples", -1, b"calls", 3, b"errors", 1]
-    assert con.execute_command("AI.INFO", "s", "RESETSTAT") == b"OK"
-    assert con.execute_command("AI.INFO", "s")[10:18] == [b"duration", 0, b"samples", -1, b"calls", 0, b"errors", 0]
-    # the deprecated commands count too
-    script_set(con, "old", OLD_SRC, tag="o")
-    assert con.execute_command("AI.SCRIPTRUN", "old", "bar", "INPUTS", "a", "a", "OUTPUTS", "c") == b"OK"
-    info = ai_info(con, "old")
-    assert (info["type"], info["backend"], info["tag"], info["samples"], info["calls"]) == (
-        b"SCRIPT", b"TORCH", b"o", -1, 1), info
-    check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "nokey")
+# AI._SCRIPTSCAN, MEMORY USAGE, COMMAND GETKEYS
 
 
 def test_scriptscan(con, port):
@@ -640,358 +538,7 @@ def test_getkeys(con, port):
 
 
 # =================================================================================================
-# script ops in DAGs (§1.14, §2, §4.4)
-
-
-def pipeline_setup(con):
-    """The §4.4 pipeline parts: a pre/post-processing script on CPU:1, torch_linear on CPU, linear.onnx on CPU:1."""
-    script_store(con, "imagenet_script", PIPE_SRC, PIPE_FNS, device="CPU:1")
-    pt_store(con, "imagenet_model1", "torch_linear", device="CPU")
-    store(con, "imagenet_model2", "linear", device="CPU:1")
-    x1 = f32(3, 4, seed=21) * 10
-    x2 = f32(3, 4, seed=22) * 10
-    set_tensor(con, "image2", x2)
-    return x1, x2
-
-
-def head(x1):
-    """TENSORSET image1 + pre_process of both images + the two models on two devices in parallel."""
-    return [
-        ["AI.TENSORSET", "image1", "FLOAT", 3, 4, "BLOB", x1.tobytes()],
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "pre_process", "INPUTS", 2, "image1", "image2",
-         "OUTPUTS", 2, "pre1", "pre2"],
-        ["AI.MODELEXECUTE", "imagenet_model1", "INPUTS", 1, "pre1", "OUTPUTS", 1, "temp_key1"],
-        ["AI.MODELEXECUTE", "imagenet_model2", "INPUTS", 1, "pre2", "OUTPUTS", 1, "temp_key2"],
-    ]
-
-
-def dag(header, ops, command="AI.DAGEXECUTE"):
-    out = [command, *header]
-    for op in ops:
-        out += ["|>", *op]
-    return out
-
-
-def post(x):
-    return x * np.float32(2) - np.float32(1)
-
-
-def test_dag_multidevice_pipeline(con, port):
-    x1, x2 = pipeline_setup(con)
-    # ops may only read what was LOADed or produced before
-    check_error(con, "INPUT key cannot be found in DAG", *dag(["LOAD", 1, "image2"], [
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "pre_process", "INPUTS", 2, "image1", "image2",
-         "OUTPUTS", 2, "pre1", "pre2"]]))
-    check_error(con, "Number of keys given as INPUTS here does not match model definition", *dag(
-        ["LOAD", 1, "image2"], [["AI.MODELEXECUTE", "imagenet_model1", "INPUTS", 2, "image2", "image2",
-                                 "OUTPUTS", 1, "y"]]))
-    # a function that does not exist is that op's error entry; the ops after it are not run
-    ret = con.execute_command(*dag(["LOAD", 1, "image2"], [
-        ["AI.TENSORSET", "image1", "FLOAT", 3, 4, "BLOB", x1.tobytes()],
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "wrong_fn", "INPUTS", 2, "image1", "image2",
-         "OUTPUTS", 2, "pre1", "pre2"],
-        ["AI.TENSORGET", "pre1", "META"]]))
-    assert ret[0] == b"OK" and ret[2] == b"NA", ret
-    assert isinstance(ret[1], redis.exceptions.ResponseError) and str(ret[1]) == "Function does not exist: wrong_fn"
-    # the full pipeline: TENSORSET -> pre_process (CPU:1) -> two models (CPU, CPU:1) -> two post_process
-    ret = con.execute_command(*dag(["LOAD", 1, "image2", "PERSIST", 2, "output1", "output2"], head(x1) + [
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output1"],
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key2", "OUTPUTS", 1, "output2"],
-    ]))
-    assert ret == [b"OK"] * 6, ret
-    np.testing.assert_allclose(get_tensor(con, "output1"), post(weights.linear(x1 / np.float32(10))),
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(get_tensor(con, "output2"), post(weights.linear(x2 / np.float32(10))),
-                               rtol=1e-5, atol=1e-5)
-    for k in ("image1", "pre1", "pre2", "temp_key1", "temp_key2"):
-        assert con.exists(k) == 0, k
-    info = ai_info(con, "imagenet_script")
-    assert (info["calls"], info["errors"], info["device"]) == (4, 1, b"CPU:1"), info
-    assert ai_info(con, "imagenet_model1")["calls"] == 1 and ai_info(con, "imagenet_model2")["calls"] == 1
-
-
-def test_dag_ensemble_alias(con):
-    x1, x2 = pipeline_setup(con)
-    header = ["LOAD", 1, "image2", "PERSIST", 2, "output", "temp_key1"]
-    check_error(con, "PERSIST key cannot be found in DAG", *dag(["LOAD", 1, "image2", "PERSIST", 1, "nothere"],
-                                                                head(x1)))
-    check_error(con, "INPUT key cannot be found in DAG", *dag(header, head(x1) + [
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "ensemble", "INPUTS", 2, "temp_key1_foo", "temp_key2",
-         "OUTPUTS", 1, "temp_key1"],
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output"]]))
-    # the ensemble gets one tensor only and indexes tensors[1]: libtorch's error in that op's entry, NA after it,
-    # nothing persisted
-    before = ai_info(con, "imagenet_script")
-    ret = con.execute_command(*dag(header, head(x1) + [
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "ensemble", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "temp_key1"],
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output"]]))
-    assert len(ret) == 6 and ret[:4] == [b"OK"] * 4 and ret[5] == b"NA", ret
-    assert isinstance(ret[4], redis.exceptions.ResponseError), ret
-    assert "list index out of range" in str(ret[4]) and "\n" not in str(ret[4]), str(ret[4])
-    assert con.exists("output") == 0 and con.exists("temp_key1") == 0
-    after = ai_info(con, "imagenet_script")
-    assert (after["calls"] - before["calls"], after["errors"] - before["errors"]) == (2, 1), (before, after)
-    # the ensemble writes back into temp_key1 (a new tensor under the same name); post_process reads that one
-    ret = con.execute_command(*dag(header, head(x1) + [
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "ensemble", "INPUTS", 2, "temp_key1", "temp_key2",
-         "OUTPUTS", 1, "temp_key1"],
-        ["AI.SCRIPTEXECUTE", "imagenet_script", "post_process", "INPUTS", 1, "temp_key1", "OUTPUTS", 1, "output"]]))
-    assert ret == [b"OK"] * 6, ret
-    y1 = weights.linear(x1 / np.float32(10))
-    y2 = weights.linear(x2 / np.float32(10))
-    ens = (y1 + y2) / np.float32(2)
-    np.testing.assert_allclose(get_tensor(con, "temp_key1"), ens, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(get_tensor(con, "output"), post(ens), rtol=1e-5, atol=1e-5)
-    assert not np.allclose(ens, y1)  # the alias is observable: the branches differ
-
-
-def test_dag_script_ops(con, port):
-    script_store(con, "s", MAIN_SRC, MAIN_FNS)
-    a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
-    set_tensor(con, "a", a)
-    # inside a DAG the KEYS/INPUTS-first rule does not apply; KEYS/ARGS reach the function
-    ret = con.execute_command(*dag(["ROUTING", "s"], [
-        ["AI.SCRIPTEXECUTE", "s", "make", "OUTPUTS", 1, "z"],
-        ["AI.SCRIPTEXECUTE", "s", "scale", "INPUTS", 1, "z", "ARGS", 1, "4", "OUTPUTS", 1, "z4"],
-        ["AI.SCRIPTEXECUTE", "s", "counts", "KEYS", 2, "k1", "k2", "INPUTS", 1, "z", "ARGS", 3, "x", "y", "w",
-         "OUTPUTS", 1, "n"],
-        ["AI.TENSORGET", "z4", "VALUES"],
-        ["AI.TENSORGET", "n", "VALUES"]]))
-    assert ret[:3] == [b"OK"] * 3, ret
-    assert [float(v) for v in ret[3]] == [4.0] * 6 and ret[4] == [1, 2, 3], ret
-    # tuples / lists flattened inside a DAG; PERSIST of script outputs
-    ret = con.execute_command(*dag(["LOAD", 1, "a", "PERSIST", 2, "p", "q"], [
-        ["AI.SCRIPTEXECUTE", "s", "pair", "INPUTS", 1, "a", "OUTPUTS", 2, "p", "q"],
-        ["AI.SCRIPTEXECUTE", "s", "swap", "INPUTS", 2, "p", "q", "OUTPUTS", 2, "q", "p"]]))
-    assert ret == [b"OK", b"OK"], ret
-    np.testing.assert_array_equal(get_tensor(con, "p"), a + 1)
-    np.testing.assert_array_equal(get_tensor(con, "q"), a * 2)
-    # errors of script ops
-    check_error_raw(port, "ERR AI.SCRIPTEXECUTE command cannot be specified in a read-only DAG",
-                    *dag(["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "a",
-                                             "OUTPUTS", 1, "c"]], "AI.DAGEXECUTE_RO"))
-    check_error_raw(port, "Deprecated AI.SCRIPTRUN cannot be used in AI.DAGEXECUTE command",
-                    *dag(["LOAD", 1, "a"], [["AI.SCRIPTRUN", "s", "bar", "INPUTS", "a", "a", "OUTPUTS", "c"]]))
-    check_error_raw(port, "AI.SCRIPTEXECUTE cannot be used in a deprecated AI.DAGRUN command",
-                    *dag(["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "a",
-                                             "OUTPUTS", 1, "c"]], "AI.DAGRUN"))
-    check_error_raw(port, "ERR TIMEOUT not allowed within a DAG command",
-                    *dag(["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "a",
-                                             "OUTPUTS", 1, "c", "TIMEOUT", 100]]))
-    check_error_raw(port, "ERR script key is empty",
-                    *dag(["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "nos", "bar", "INPUTS", 2, "a", "a",
-                                             "OUTPUTS", 1, "c"]]))
-    check_error(con, "INPUT key cannot be found in DAG",
-                *dag(["LOAD", 1, "a"], [["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "undefined",
-                                         "OUTPUTS", 1, "c"]]))
-    # a runtime error in the middle: the error entry, NA for what follows, nothing persisted
-    ret = con.execute_command(*dag(["LOAD", 1, "a", "PERSIST", 1, "c"], [
-        ["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 1, "a", "OUTPUTS", 1, "b"],
-        ["AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "b", "b", "OUTPUTS", 1, "c"],
-        ["AI.TENSORGET", "c", "VALUES"]]))
-    assert isinstance(ret[0], redis.exceptions.ResponseError) and "list index out of range" in str(ret[0]), ret
-    assert ret[1:] == [b"NA", b"NA"], ret
-    assert con.exists("c") == 0
-
-
-def test_dagrun_scriptrun(con, port):
-    x1, x2 = pipeline_setup(con)
-    script_set(con, "old_script", OLD_SRC, device="CPU:1")
-    # the ensemble pipeline with the deprecated commands; SCRIPTRUN's `$` inside a DAG
-    ret = con.execute_command(*dag(["LOAD", 1, "image2", "PERSIST", 1, "output"], [
-        ["AI.TENSORSET", "image1", "FLOAT", 3, 4, "BLOB", x1.tobytes()],
-        ["AI.SCRIPTRUN", "old_script", "pre", "INPUTS", "image1", "OUTPUTS", "pre1"],
-        ["AI.SCRIPTRUN", "old_script", "pre", "INPUTS", "image2", "OUTPUTS", "pre2"],
-        ["AI.MODELRUN", "imagenet_model1", "INPUTS", "pre1", "OUTPUTS", "temp_key1"],
-        ["AI.MODELRUN", "imagenet_model2", "INPUTS", "pre2", "OUTPUTS", "temp_key2"],
-        ["AI.SCRIPTRUN", "old_script", "ens", "INPUTS", "temp_key1", "$", "temp_key2", "OUTPUTS", "temp_key1"],
-        ["AI.SCRIPTRUN", "old_script", "post", "INPUTS", "temp_key1", "OUTPUTS", "output"],
-        ["AI.TENSORGET", "output", "META"]], "AI.DAGRUN"))
-    assert ret[:7] == [b"OK"] * 7 and ret[7] == [b"dtype", b"FLOAT", b"shape", [3, 4 - 1]], ret
-    ens = (weights.linear(x1 / np.float32(10)) + weights.linear(x2 / np.float32(10))) / np.float32(2)
-    np.testing.assert_allclose(get_tensor(con, "output"), post(ens), rtol=1e-5, atol=1e-5)
-    # DAGRUN_RO allows SCRIPTRUN
-    ret = con.execute_command(*dag(["LOAD", 1, "image2"], [
-        ["AI.SCRIPTRUN", "old_script", "bar_variadic", "INPUTS", "image2", "$", "image2", "image2",
-         "OUTPUTS", "t"],
-        ["AI.TENSORGET", "t", "BLOB"]], "AI.DAGRUN_RO"))
-    assert ret[0] == b"OK", ret
-    np.testing.assert_array_equal(np.frombuffer(ret[1], dtype=np.float32).reshape(3, 4), x2 * np.float32(3))
-    assert con.exists("t") == 0
-
-
-# =================================================================================================
-# persistence, replication, RESTORE
-
-
-SCRIPTS = {  # key: (command, source, entry points, device, tag)
-    "s:main": ("AI.SCRIPTSTORE", MAIN_SRC, MAIN_FNS, "CPU:1", "main tag"),
-    "s:bar": ("AI.SCRIPTSTORE", BAR_SRC, ["bar"], "CPU", None),
-    "s:old": ("AI.SCRIPTSET", OLD_SRC, [], "cpu", "old"),
-    "s:old2": ("AI.SCRIPTSET", OLD_SRC, [], "CPU", None),
-}
-
-
-def populate_scripts(con):
-    for key, (cmd, src, eps, dev, tag) in SCRIPTS.items():
-        if cmd == "AI.SCRIPTSTORE":
-            script_store(con, key, src, eps, device=dev, tag=tag)
-        else:
-            script_set(con, key, src, device=dev, tag=tag)
-    return {k: con.execute_command("AI.SCRIPTGET", k) for k in SCRIPTS}
-
-
-def check_scripts(con, before):
-    for k, (cmd, src, eps, dev, tag) in SCRIPTS.items():
-        assert con.type(k) == b"AI_SCRIPT", k
-        assert con.execute_command("AI.SCRIPTGET", k) == before[k], k
-        assert before[k] == scriptget_full(dev.encode(), (tag or "").encode(), eps, src)
-        info = ai_info(con, k)
-        assert (info["type"], info["backend"], info["device"], info["tag"], info["calls"], info["samples"]) == (
-            b"SCRIPT", b"TORCH", dev.encode(), (tag or "").encode(), 0, -1), info
-    a = np.array([[1.0, -2.0]], dtype=np.float32)
-    set_tensor(con, "in", a)
-    assert script_execute(con, "s:main", "scale", inputs=["in"], args=["3"], outputs=["o1"]) == b"OK"
-    np.testing.assert_array_equal(get_tensor(con, "o1"), a * 3)
-    assert script_execute(con, "s:bar", "bar", inputs=["in", "in"], outputs=["o2"]) == b"OK"
-    np.testing.assert_array_equal(get_tensor(con, "o2"), a + a)
-    for k in ("s:old", "s:old2"):
-        assert con.execute_command("AI.SCRIPTRUN", k, "bar_variadic", "INPUTS", "in", "$", "in", "in",
-                                   "OUTPUTS", "o3") == b"OK"
-        np.testing.assert_array_equal(get_tensor(con, "o3"), a * 3)
-    assert sorted(con.execute_command("AI._SCRIPTSCAN")) == sorted(
-        [[k.encode(), (v[4] or "").encode()] for k, v in SCRIPTS.items()])
-
-
-def test_debug_reload(server):
-    con = server.client()
-    before = populate_scripts(con)
-    check_scripts(con, before)
-    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
-    check_scripts(con, before)  # stats are not persisted: calls back to 0
-    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
-    check_scripts(con, before)
-
-
-@pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")
-def test_aof_rewrite(server):
-    con = server.client()
-    before = populate_scripts(con)
-    bgrewriteaof(server, con)
-    cmds = {c[1].decode(): c for c in aof_commands(server, "base")
-            if c[0].upper() in (b"AI.SCRIPTSTORE", b"AI.SCRIPTSET")}
-    assert set(cmds) == set(SCRIPTS)
-    for key, (cmd, src, eps, dev, tag) in SCRIPTS.items():
-        t = (tag or "").encode()
-        if eps:
-            want = [b"AI.SCRIPTSTORE", key.encode(), dev.encode(), b"TAG", t, b"ENTRY_POINTS",
-                    str(len(eps)).encode(), *[e.encode() for e in eps], b"SOURCE", src.encode()]
-        else:  # the deliberate fix: SCRIPTSET scripts are rewritten as AI.SCRIPTSET
-            want = [b"AI.SCRIPTSET", key.encode(), dev.encode(), b"TAG", t, b"SOURCE", src.encode()]
-        got = cmds[key]
-        assert [got[0].upper(), *got[1:]] == want, got
-    # what follows the rewrite: SCRIPTSTORE / SCRIPTDEL verbatim, SCRIPTEXECUTE as the TENSORSET of its output
-    set_tensor(con, "a", np.array([2.0, 5.0], dtype=np.float32))
-    script_store(con, "s:tmp", BAR_SRC, ["bar"])
-    assert con.execute_command("AI.SCRIPTDEL", "s:tmp") == b"OK"
-    assert script_execute(con, "s:bar", "bar", inputs=["a", "a"], outputs=["out"]) == b"OK"
-    incr = [c for c in aof_commands(server, "incr") if c[0].upper() not in (b"SELECT", b"MULTI", b"EXEC")]
-    names = [c[0].upper() for c in incr]
-    assert b"AI.SCRIPTEXECUTE" not in names, names
-    assert [b"AI.SCRIPTDEL", b"s:tmp"] in [[c[0].upper(), *c[1:]] for c in incr]
-    assert any(c[0].upper() == b"AI.SCRIPTSTORE" and c[1] == b"s:tmp" for c in incr)
-    outs = [c for c in incr if c[0].upper() == b"AI.TENSORSET" and c[1] == b"out"]
-    assert outs and outs[-1][2:] == [b"FLOAT", b"2", b"BLOB", np.array([4.0, 10.0], dtype=np.float32).tobytes()]
-    server.restart()
-    con = server.client()
-    assert con.exists("s:tmp") == 0
-    assert values(con, "out") == [4.0, 10.0]
-    check_scripts(con, before)
-
-
-def test_replication(make_server, make_replica):
-    master = make_server(name="master")
-    mcon = master.client()
-    script_store(mcon, "early", MAIN_SRC, MAIN_FNS, tag="full sync")  # reaches the replica through the RDB
-    replica = make_replica(master)
-    rcon = replica.client()
-    assert rcon.execute_command("AI.SCRIPTGET", "early") == mcon.execute_command("AI.SCRIPTGET", "early")
-    # stored after the link is up: SCRIPTSTORE / SCRIPTSET replicated verbatim, compiled by the replica
-    script_store(mcon, "s", BAR_SRC, ["bar"], tag="v1", device="CPU:1")
-    script_set(mcon, "old", OLD_SRC, tag="o")
-    wait_replicas(mcon)
-    for k in ("s", "old"):
-        assert rcon.execute_command("AI.SCRIPTGET", k) == mcon.execute_command("AI.SCRIPTGET", k)
-        assert ai_info(rcon, k)["calls"] == 0
-    # executions: the outputs reach the replica as tensors; the scripts are not run there
-    a = f32(2, 3, seed=5)
-    set_tensor(mcon, "a", a)
-    assert script_execute(mcon, "s", "bar", inputs=["a", "a"], outputs=["c"]) == b"OK"
-    assert script_execute(mcon, "early", "pair", inputs=["a"], outputs=["p", "q"]) == b"OK"
-    assert mcon.execute_command("AI.SCRIPTRUN", "old", "bar", "INPUTS", "a", "a", "OUTPUTS", "r") == b"OK"
-    assert mcon.execute_command(*dag(["LOAD", 1, "a", "PERSIST", 1, "d"], [
-        ["AI.SCRIPTEXECUTE", "early", "scale", "INPUTS", 1, "a", "ARGS", 1, "3", "OUTPUTS", 1, "d"]])) == [b"OK"]
-    wait_replicas(mcon)
-    for k in ("c", "p", "q", "r", "d"):
-        assert rcon.execute_command("AI.TENSORGET", k, "META", "BLOB") == mcon.execute_command(
-            "AI.TENSORGET", k, "META", "BLOB"), k
-    np.testing.assert_array_equal(get_tensor(rcon, "d"), a * np.float32(3))
-    for k in ("s", "old", "early"):
-        assert ai_info(rcon, k)["calls"] == 0
-    # the read-only replica can run a read-only DAG with SCRIPTRUN
-    ret = rcon.execute_command(*dag(["LOAD", 1, "a"], [
-        ["AI.SCRIPTRUN", "old", "bar", "INPUTS", "a", "a", "OUTPUTS", "t"], ["AI.TENSORGET", "t", "BLOB"]],
-        "AI.DAGRUN_RO"))
-    assert ret[0] == b"OK" and ret[1] == (a + a).tobytes(), ret
-    # SCRIPTDEL is replicated
-    assert mcon.execute_command("AI.SCRIPTDEL", "s") == b"OK"
-    wait_replicas(mcon)
-    assert rcon.exists("s") == 0
-    assert sorted(rcon.execute_command("AI._SCRIPTSCAN")) == sorted(mcon.execute_command("AI._SCRIPTSCAN"))
-
-
-def test_restore_recorded_script(con):
-    case = need_case("s:1")
-    recorded = bytes.fromhex(case["dump_hex"])
-    assert con.restore("s:1", 0, recorded) == b"OK"
-    assert con.type("s:1") == b"AI_SCRIPT"
-    for r in case["replies"]:
-        assert con.execute_command(*r["cmd"]) == recorded_reply(r["reply"]), r["cmd"]
-    source = recorded_create(case)[-1]
-    assert con.execute_command("AI.SCRIPTGET", "s:1", "SOURCE") == source.encode()
-    a = f32(2, 2, seed=7)
-    b = f32(2, 2, seed=8)
-    set_tensor(con, "a", a)
-    set_tensor(con, "b", b)
-    assert script_execute(con, "s:1", "bar", inputs=["a", "b"], outputs=["c"]) == b"OK"
-    np.testing.assert_array_equal(get_tensor(con, "c"), a + b)
-    assert script_execute(con, "s:1", "baz", inputs=["a"], outputs=["d"]) == b"OK"
-    np.testing.assert_array_equal(get_tensor(con, "d"), a * 2)
-    info = ai_info(con, "s:1")
-    assert (info["type"], info["backend"], info["device"], info["tag"], info["calls"], info["samples"]) == (
-        b"SCRIPT", b"TORCH", b"CPU", b"v1", 2, -1), info
-    # our DUMP carries RedisAI's payload, after RESTORE and after storing the recorded command
-    assert payload_body(con.dump("s:1")) == payload_body(recorded)
-    assert con.execute_command(*recorded_create(case)) == b"OK"
-    assert payload_body(con.dump("s:1")) == payload_body(recorded)
-    assert con.restore("s:1:copy", 0, con.dump("s:1")) == b"OK"
-    assert con.execute_command("AI.SCRIPTGET", "s:1:copy") == con.execute_command("AI.SCRIPTGET", "s:1")
-    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
-    for r in case["replies"]:
-        assert con.execute_command(*r["cmd"]) == recorded_reply(r["reply"]), r["cmd"]
-    assert script_execute(con, "s:1:copy", "baz", inputs=["b"], outputs=["e"]) == b"OK"
-    np.testing.assert_array_equal(get_tensor(con, "e"), b * 2)
-
-
-def test_not_in_transaction(con):
-    script_store(con, "s", BAR_SRC, ["bar"])
-    set_tensor(con, "a", np.ones(2, dtype=np.float32))
-    pipe = con.pipeline(transaction=True)
-    pipe.execute_command(*scriptexecute_args("s", "bar", inputs=["a", "a"], outputs=["c"]))
-    res = pipe.execute(raise_on_error=False)
-    assert isinstance(res[0], redis.exceptions.ResponseError), res
-    assert str(res[0]) == "Cannot run RedisAI command within a transaction or a LUA script"
-    assert con.exists("c") == 0
+# tensors a script resizes or leaves unwritten
 
 
 RESIZE_SRC = "".join([
@@ -1016,3 +563,41 @@ def test_resized_and_empty_tensors(con, n):
         np.testing.assert_array_equal(get_tensor(con, fn), want, err_msg=fn)
     assert script_execute(con, "s", "fill_empty", keys=["k"], args=[n], outputs=["f"]) == b"OK"
     np.testing.assert_array_equal(get_tensor(con, "f"), np.full(n, 2.5, dtype=np.float32))
+
+
+# =================================================================================================
+# RedisAI's texts: KEYS without its keys, functions that return nothing
+
+
+def test_keys_with_nothing_after_the_count(con):
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE",
+                        "def f(tensors: List[Tensor], keys: List[str], args: List[str]):\n    return tensors[0]\n")
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "s", "f", "KEYS", 1)
+    assert str(e.value) == "Missing arguments after KEYS keyword"
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "s", "f", "KEYS", 2, "k1")
+    assert str(e.value) == ("Number of pre declared KEYS to be used in the command does not match the number of "
+                            "given arguments")
+
+
+SIDE_EFFECTS = '''
+def set_only(tensors: List[Tensor], keys: List[str], args: List[str]):
+    redis.execute("SET", [keys[0], args[0]])
+
+def count(tensors: List[Tensor], keys: List[str], args: List[str]):
+    return redis.execute("INCR", [keys[0]])
+'''
+
+
+def test_script_functions_that_return_nothing_run_without_outputs(con):
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 2, "set_only", "count", "SOURCE", SIDE_EFFECTS)
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "set_only", "KEYS", 1, "k", "ARGS", 1, "v") == b"OK"
+    assert con.get("k") == b"v"
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "count", "KEYS", 1, "n") == b"OK"
+    assert con.get("n") == b"1"
+    # Only when OUTPUTS are asked for is a tensor required (RedisAI's text).
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "s", "set_only", "KEYS", 1, "k", "ARGS", 1, "w", "OUTPUTS", 1, "o")
+    assert str(e.value) == "Function returned non-tensor valuesset_only"
+    assert con.exists("o") == 0

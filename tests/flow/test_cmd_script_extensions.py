@@ -1,58 +1,17 @@
-"""TorchScript extensions (spec §1.13): redis.execute / redis.asList (Redis commands from a script, under the
-global lock and replicated) and redisAI.model_execute (a stored model run from a script)."""
+"""TorchScript extensions, what a script run by AI.SCRIPTEXECUTE may call (docs/commands.md, AI.SCRIPTEXECUTE):
+redis.execute / redis.asList (Redis commands from a script, under the global lock and replicated) and
+redisAI.model_execute (a stored model run from a script), with RedisAI's texts for their errors. What they may not
+do (the caller's ACL) is in test_security_acl.py."""
 import numpy as np
 import pytest
 import redis
 
-from helpers.checks import wait_for
 from helpers.onnx_models import blob, get_tensor, set_tensor
-
-SOURCE = '''
-def redis_string_int_to_tensor(redis_value: Any):
-    return torch.tensor(int(str(redis_value)))
-
-def int_set_get(tensors: List[Tensor], keys: List[str], args: List[str]):
-    key = keys[0]
-    value = args[0]
-    redis.execute("SET", [key, value])
-    res = redis.execute("GET", [key])
-    return redis_string_int_to_tensor(res)
-
-def func_list(tensors: List[Tensor], keys: List[str], args: List[str]):
-    key = keys[0]
-    redis.execute("DEL", [key])
-    redis.execute("RPUSH", [key, "1", "2", "3"])
-    res = redis.asList(redis.execute("LRANGE", [key, "0", "-1"]))
-    return torch.tensor([int(str(x)) for x in res])
-
-def int_reply(tensors: List[Tensor], keys: List[str], args: List[str]):
-    n = redis.execute("INCRBY", [keys[0], args[0]])
-    return torch.tensor(int(str(n)))
-
-def missing(tensors: List[Tensor], keys: List[str], args: List[str]):
-    r = redis.execute("GET", [keys[0]])
-    # A nil reply is None (`is None` on an Any value is decided statically, so compare its text).
-    if str(r) == "None":
-        return torch.tensor(1)
-    return torch.tensor(0)
-
-def failing(tensors: List[Tensor], keys: List[str], args: List[str]):
-    redis.execute("INCR", [keys[0]])
-    return tensors[0]
-
-def via_model(tensors: List[Tensor], keys: List[str], args: List[str]):
-    return redisAI.model_execute(keys[0], [tensors[0], tensors[0]], 1)[0]
-'''
-ENTRIES = ["int_set_get", "func_list", "int_reply", "missing", "failing", "via_model"]
-
-
-def store_script(con):
-    assert con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", len(ENTRIES), *ENTRIES,
-                               "SOURCE", SOURCE) == b"OK"
+from helpers.torch_models import store_ext_script
 
 
 def test_redis_execute_set_get(con):
-    store_script(con)
+    store_ext_script(con)
     assert con.execute_command("AI.SCRIPTEXECUTE", "s", "int_set_get", "KEYS", 1, "x", "ARGS", 1, "42",
                                "OUTPUTS", 1, "o") == b"OK"
     assert con.get("x") == b"42"
@@ -60,7 +19,7 @@ def test_redis_execute_set_get(con):
 
 
 def test_redis_execute_lists_ints_and_nil(con):
-    store_script(con)
+    store_ext_script(con)
     assert con.execute_command("AI.SCRIPTEXECUTE", "s", "func_list", "KEYS", 1, "l", "OUTPUTS", 1, "o") == b"OK"
     assert con.execute_command("AI.TENSORGET", "o", "VALUES") == [1, 2, 3]
     assert con.lrange("l", 0, -1) == [b"1", b"2", b"3"]
@@ -74,7 +33,7 @@ def test_redis_execute_lists_ints_and_nil(con):
 
 
 def test_redis_execute_error(con):
-    store_script(con)
+    store_ext_script(con)
     con.set("word", "abc")
     set_tensor(con, "t", np.array([1.0], dtype=np.float32))
     with pytest.raises(redis.exceptions.ResponseError) as e:
@@ -86,7 +45,7 @@ def test_redis_execute_error(con):
 
 def test_redis_execute_uses_the_clients_database(server):
     con = server.client(db=3)
-    store_script(con)
+    store_ext_script(con)
     assert con.execute_command("AI.SCRIPTEXECUTE", "s", "int_set_get", "KEYS", 1, "y", "ARGS", 1, "7",
                                "OUTPUTS", 1, "o") == b"OK"
     assert con.get("y") == b"7"
@@ -94,7 +53,7 @@ def test_redis_execute_uses_the_clients_database(server):
 
 
 def test_model_execute_from_a_script(con):
-    store_script(con)
+    store_ext_script(con)
     con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
     x = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
     set_tensor(con, "a", x)
@@ -105,18 +64,6 @@ def test_model_execute_from_a_script(con):
         con.execute_command("AI.SCRIPTEXECUTE", "s", "via_model", "KEYS", 1, "nomodel", "INPUTS", 1, "a",
                             "OUTPUTS", 1, "o")
     assert "model key is empty" in str(e.value)
-
-
-def test_redis_execute_is_replicated(server, make_replica):
-    con = server.client()
-    replica = make_replica(server)
-    store_script(con)
-    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "int_set_get", "KEYS", 1, "r", "ARGS", 1, "9",
-                               "OUTPUTS", 1, "o") == b"OK"
-    assert con.execute_command("WAIT", 1, 10000) == 1
-    rc = replica.client()
-    wait_for(lambda: rc.get("r") == b"9", 10, what="the SET from redis.execute on the replica")
-    assert rc.execute_command("AI.TENSORGET", "o", "VALUES") == [9]
 
 
 def test_source_without_final_newline(con):
@@ -205,3 +152,24 @@ def test_redis_execute_on_any_key_returns(shared_server, kind, command):
     if command == "RENAME" and output != "k":
         assert con.exists("renamed") == 1
     np.testing.assert_array_equal(get_tensor(con, "canary"), canary)
+
+
+def test_errors_inside_scripts_keep_redisais_wording(con):
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    src = '''
+def bad_rank(tensors: List[Tensor], keys: List[str], args: List[str]):
+    return redisAI.model_execute(keys[0], [tensors[0], tensors[0]], 1)[0]
+
+def bad_cmd(tensors: List[Tensor], keys: List[str], args: List[str]):
+    redis.execute("INCR", [keys[0]])
+    return tensors[0]
+'''
+    con.execute_command("AI.SCRIPTSTORE", "e", "CPU", "ENTRY_POINTS", 2, "bad_rank", "bad_cmd", "SOURCE", src)
+    set_tensor(con, "x", np.array([1.0, 2.0, 3.0], dtype=np.float32))
+    con.set("str", "abc")
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "e", "bad_rank", "KEYS", 1, "m", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+    assert "Invalid rank for input: a Got: 1 Expected: 2 Please fix either the inputs or the model" in str(e.value)
+    with pytest.raises(redis.ResponseError) as e:
+        con.execute_command("AI.SCRIPTEXECUTE", "e", "bad_cmd", "KEYS", 1, "str", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+    assert "Redis command returned an error: ERR value is not an integer or out of range" in str(e.value)

@@ -1,4 +1,6 @@
-"""AI.TENSORSET / AI.TENSORGET, per spec §1.2-1.4 and the tensor errors of §1.18.
+"""AI.TENSORSET / AI.TENSORGET (docs/commands.md, "AI.TENSORSET" and "AI.TENSORGET"): round trips of every type,
+reply formats, zero-filled tensors and scalars, STRING tensors, value ranges, every error in the documented order
+of checks with its wire text, and the tensor key in the keyspace (TYPE, DEL, EXPIRE, RENAME, MEMORY USAGE).
 
 Deliberate deviations from RedisAI 1.2.7 that these tests assert (our behaviour, see docs/commands.md):
   * negative integers via VALUES are accepted for INT8/16/32/64 within range (RedisAI rejected every negative);
@@ -170,7 +172,7 @@ def test_float_values_parsing(con, dtype):
 
 
 def test_float_values_reply_example(con):
-    """The example of spec §1.4, exact bytes."""
+    """The example of docs/commands.md (AI.TENSORGET t META VALUES after VALUES 1 2 3 4), exact bytes."""
     con.execute_command("AI.TENSORSET", "t", "FLOAT", 2, 2, "VALUES", 1, 2, 3, 4)
     assert con.execute_command("AI.TENSORGET", "t", "META", "VALUES") == [
         b"dtype", b"FLOAT", b"shape", [2, 2], b"values", [b"1", b"2", b"3", b"4"]]
@@ -472,7 +474,7 @@ def test_invalid_value(con, dtype, value):
 
 
 # ---------------------------------------------------------------------------------------------
-# TENSORSET errors, in the spec's order of checks. Each case runs against a missing key (must stay
+# TENSORSET errors, in the order docs/commands.md lists the checks. Each case runs against a missing key (must stay
 # missing) and against an existing tensor (must be left unchanged).
 
 SET_ERRORS = [

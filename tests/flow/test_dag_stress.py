@@ -1,9 +1,9 @@
 """DAG stress: many clients sending random DAGs over three device queues (`CPU`, `CPU:1`, `CPU:2`), with
 failing ops (wrong dtype / shape inputs), reused names, random TIMEOUTs, parse errors and clients that
 disconnect in the middle of a command. Every reply is checked against a Python model of the DAG semantics
-(spec §2): reply length and entry kinds, which entries may be NA, the values of TENSORGETs, PERSIST only when
-no op failed. Afterwards the server must be alive, its memory back to the baseline after FLUSHALL, and the
-module's INFO must answer.
+(docs/commands.md, "AI.DAGEXECUTE"): reply length and entry kinds, which entries may be NA, the values of
+TENSORGETs, PERSIST only when no op failed. Afterwards the server must be alive, its memory back to the baseline
+after FLUSHALL, and the module's INFO must answer.
 
 Environment: STRESS_CLIENTS (default 20), STRESS_DAGS per client (default 500), STRESS_SEED.
 """

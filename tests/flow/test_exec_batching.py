@@ -1,4 +1,5 @@
-"""Auto-batching (spec §3.1, §1.5 BATCHSIZE / MINBATCHSIZE / MINBATCHTIMEOUT, §1.8, §3.4 stats).
+"""Auto-batching (docs/commands.md, AI.MODELSTORE BATCHSIZE / MINBATCHSIZE / MINBATCHTIMEOUT, and AI.MODELEXECUTE),
+with ONNX, TF and TFLITE models, and its AI.INFO counts.
 
 A model stored with `BATCHSIZE n` batches the pending MODELEXECUTEs of the same model object that wait on the
 same device queue (from different clients and from inside DAGs): the inputs are concatenated on dimension 0,
@@ -17,9 +18,11 @@ Models (tests/data/gen_onnx.py):
   linear.onnx      y = x @ W + B (numpy: weights.linear), to check that every client gets its own rows
   str_identity.onnx STRING identity
   tf_dense.pb      TF, the math of linear.onnx (INPUTS 1 x OUTPUTS 1 y)
+  tflite_sub_mul.tflite  TFLITE, a, b -> a - b, a * b (MINBATCHSIZE and MINBATCHTIMEOUT)
 """
 
 import math
+import threading
 import time
 
 import numpy as np
@@ -27,10 +30,11 @@ import pytest
 
 from helpers.checks import wait_for
 from helpers.data import DATA_DIR, weights
-from helpers.onnx_models import (Request, ai_info, blocked_names, get_tensor, make_model, mexec, proc_cpu_seconds,
-                                 set_tensor, store)
+from helpers.onnx_models import (Request, ai_info, blocked_names, get_tensor, make_model, mexec, model_execute,
+                                 proc_cpu_seconds, set_tensor, store)
 from helpers.resp import RawClient, RespError
 from helpers.server import TF_LIB
+from helpers.tflite_models import ab, tfl_store
 
 E_BATCH = "ERR Model did not generate the expected batch size"
 ORT_BAD_TYPE = "Unexpected input data type"
@@ -469,3 +473,39 @@ def test_tf_model_batches(server):
         np.testing.assert_allclose(y, weights.linear(x), rtol=1e-5, atol=1e-5)
     info = ai_info(con, "tfb")
     assert (info["calls"], info["samples"], info["errors"]) == (4, 7, 0)
+
+
+# -------------------------------------------------------------------------------------------------
+# TFLITE
+
+
+def test_autobatching_tflite(server):
+    """MODELSTORE allows BATCHSIZE for TFLITE: requests wait for MINBATCHSIZE rows (or MINBATCHTIMEOUT), run as
+    one batch (inputs joined on dimension 0), and each gets its own rows back."""
+    con = server.client()
+    tfl_store(con, "m", "sub_mul", "BATCHSIZE", 16, "MINBATCHSIZE", 10, "MINBATCHTIMEOUT", 1000)
+    replies, inputs = {}, {}
+
+    def one(i):
+        c = server.client()
+        a, b = ab(2, seed=100 + i)
+        inputs[i] = (a, b)
+        set_tensor(c, f"a{i}", a)
+        set_tensor(c, f"b{i}", b)
+        replies[i] = model_execute(c, "m", [f"a{i}", f"b{i}"], [f"d{i}", f"p{i}"])
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - start
+    assert replies == {i: b"OK" for i in range(4)}
+    # 8 rows < MINBATCHSIZE 10: nothing ran before MINBATCHTIMEOUT, then all four together
+    assert elapsed >= 0.95, elapsed
+    for i, (a, b) in inputs.items():
+        np.testing.assert_array_equal(get_tensor(con, f"d{i}"), a - b)
+        np.testing.assert_array_equal(get_tensor(con, f"p{i}"), a * b)
+    info = ai_info(con, "m")
+    assert (info["calls"], info["samples"], info["errors"]) == (4, 8, 0), info

@@ -1,49 +1,31 @@
-"""The execution core (spec §1.1, §1.16, §3.2-3.5): concurrency, blocked clients that go away, device queues
-and THREADS_PER_QUEUE, the main thread staying responsive while a model is built, INFO MODULES, AI.CONFIG,
-backend loading (bogus ONNX path, LOADBACKEND), GPU devices on a machine without CUDA, MULTI/EXEC and Lua,
-load-time argument validation, and idle workers that do not burn CPU."""
+"""How runs are executed (docs/design.md, "The path of a request"): many clients at once (ONNX, TF, TFLITE, TORCH
+models and scripts: every client gets its own result), blocked clients that go away, shutdown while busy, device
+queues and THREADS_PER_QUEUE, the main thread staying responsive while a model is built, two devices of one DAG
+running at once, and idle workers that do not burn CPU."""
 
 import math
 import os
-import re
-import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 
-from helpers.checks import NOT_IN_TXN, check_error, check_error_raw, module_names, wait_for
+from helpers.checks import wait_for
+from helpers.dag import dag_cmd, from_meta_blob, heavy_batch, tset
 from helpers.data import weights
-from helpers.onnx_models import (FLOAT_FMT, ai_info, big_model, blob, get_tensor, model_execute, modules_info,
-                                 modules_sections, proc_cpu_seconds, set_tensor, store)
-from helpers.resp import RawClient, RespError, raw_command
-from helpers.server import MODULE_PATH, ONNX_LIB, SERVER_BIN, free_port
-
-BOGUS_ONNX = "/nonexistent/libonnxruntime.so"
-# RedisAI's five sections in its order, then this module's own (its version and the backend memory bound, the
-# device queues, a line per model and script).
-AI_SECTIONS = ["ai_versions", "ai_git", "ai_load_time_configs", "ai_backends_info", "ai_cpu", "ai_redisai_rs",
-               "ai_queues", "ai_keys"]
-
-
-def onnx_args():
-    return ["ONNX", ONNX_LIB] if ONNX_LIB else []
-
-
-def require_onnx_lib():
-    if not ONNX_LIB:
-        pytest.fail("REDISAI_ONNX_LIB must name the ONNX Runtime library for this test", pytrace=False)
+from helpers.onnx_models import (ai_info, big_model, blob, concurrent_executes, get_tensor, mexec, model_execute,
+                                 modules_info, proc_cpu_seconds, sessions, set_tensor, store)
+from helpers.resp import RawClient, raw_command
+from helpers.tf_models import assert_close, tf_store
+from helpers.tflite_models import ab, tfl_store
+from helpers.torch_models import MAIN_FNS, MAIN_SRC, pt_store, script_execute, script_store
 
 
 def crash_signs(server):
     log = server.log()
     return [s for s in ("BUG REPORT", "panicked", "Guru Meditation", "Segmentation fault") if s in log]
-
-
-def sessions(server):
-    return int(modules_info(server)["ai_onnxruntime_maximum_run_sessions_number"])
 
 
 # =================================================================================================
@@ -137,35 +119,6 @@ def test_concurrent_stores_and_runs(server):
     assert ai_info(con, "m")["calls"] == 4 * 30
 
 
-def test_new_tensors_at_reused_memory_give_their_own_results(con):
-    """A session keeps its last run's ONNX input values for the next run over tensors at the same address with the
-    same type and shape (onnx_run.rs). Keys overwritten again and again, whose memory the allocator hands out
-    again, with the same bytes in other shapes and then another type: every run computes on its own inputs."""
-    store(con, "m", "mul")
-    rng = np.random.default_rng(11)
-    for i in range(300):
-        shape = [(2, 2), (1, 4), (4, 1)][i % 3]
-        a, b = rng.random(shape, dtype=np.float32), rng.random(shape, dtype=np.float32)
-        set_tensor(con, "a", a)
-        set_tensor(con, "b", b)
-        assert model_execute(con, "m", ["a", "b"], ["c"]) == b"OK"
-        np.testing.assert_array_equal(get_tensor(con, "c"), a * b)
-        if i % 50 == 0:
-            assert model_execute(con, "m", ["b", "a"], ["c"]) == b"OK"
-            np.testing.assert_array_equal(get_tensor(con, "c"), b * a)
-    # A tensor of another type where a freed input was (the allocator hands its memory out again): refused by
-    # the model, never read as the floats that were there.
-    for i in range(20):
-        set_tensor(con, "x", rng.random((16, 16), dtype=np.float32))
-        set_tensor(con, "y", rng.random((16, 16), dtype=np.float32))
-        assert model_execute(con, "m", ["x", "y"], ["c"]) == b"OK"
-        con.delete("x")
-        # VALUES, so that no BLOB argument of the same size takes the freed memory first.
-        con.execute_command("AI.TENSORSET", "z", "INT32", 16, 16, "VALUES", *range(256))
-        with pytest.raises(redis.ResponseError, match="Unexpected input data type"):
-            model_execute(con, "m", ["z", "y"], ["c"])
-
-
 # =================================================================================================
 # clients that disconnect while blocked
 
@@ -230,30 +183,6 @@ def test_shutdown_while_busy(make_server):
     assert not crash_signs(srv), srv.log_tail(60)
 
 
-@pytest.mark.server_args("--slowlog-log-slower-than", "5000")
-def test_background_time_in_slowlog_and_commandstats(server):
-    """§1.1: the time spent on the background thread counts for SLOWLOG and commandstats (Redis >= 6.2)."""
-    con = server.client()
-    store(con, "h", "heavy")
-    set_tensor(con, "hx", np.ones((4096, 256), dtype=np.float32))
-    con.execute_command("CONFIG", "RESETSTAT")
-    con.execute_command("SLOWLOG", "RESET")
-    t0 = time.monotonic()
-    assert model_execute(con, "h", ["hx"], ["hy"]) == b"OK"
-    elapsed_us = (time.monotonic() - t0) * 1e6
-    run_us = ai_info(con, "h")["duration"]
-    assert run_us >= 5000, f"the run itself took only {run_us} us; the test needs a slower run"
-    entries = raw_command(server.port, "SLOWLOG", "GET", 10)
-    mine = [e for e in entries if e[3][0].upper() == b"AI.MODELEXECUTE"]
-    assert mine, entries
-    # The upper bound is a sanity check only: Redis 7.0's own accounting has been seen to exceed the client's
-    # round trip by ~2% (81.9 vs 80.1 ms), so allow 5% + 2 ms.
-    assert run_us * 0.5 <= mine[0][2] <= elapsed_us * 1.05 + 2000, (mine[0][2], run_us, elapsed_us)
-    stats = server.info("commandstats")
-    usec = int(dict(kv.split("=") for kv in stats["cmdstat_ai.modelexecute"].split(","))["usec"])
-    assert usec >= run_us * 0.5, (usec, run_us)
-
-
 # =================================================================================================
 # device queues and THREADS_PER_QUEUE
 
@@ -263,7 +192,7 @@ def test_threads_per_queue(server):
     con = server.client()
     assert modules_info(server)["ai_threads_per_queue"] == "4"
     store(con, "h0", "heavy", device="CPU")
-    assert sessions(server) == 4  # the queue (and its workers) is created by the store (§1.5 step 10)
+    assert sessions(server) == 4  # the queue (and its workers) is created by the store
     store(con, "h1", "heavy", device="CPU:1")
     assert sessions(server) == 8
     rng = np.random.default_rng(9)
@@ -339,6 +268,19 @@ def test_device_queues_are_independent(server):
     assert con.exists("y0") == 0
 
 
+@pytest.mark.module_args("THREADS_PER_QUEUE", "3")
+def test_modelstore_creates_device_queue(server):
+    """MODELSTORE (and loading a model from an RDB) creates the run queue of the model's device, so the workers
+    exist (and are counted in ai_onnxruntime_maximum_run_sessions_number) before any run."""
+    con = server.client()
+    store(con, "m", "mul", device="CPU")
+    assert sessions(server) == 3
+    store(con, "m1", "mul", device="CPU:1")
+    assert sessions(server) == 6
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    assert sessions(server) == 6
+
+
 # =================================================================================================
 # the main thread stays responsive while a big model is built
 
@@ -387,363 +329,6 @@ def test_responsive_while_storing_big_model(server):
 
 
 # =================================================================================================
-# INFO MODULES (§3.5)
-
-
-def check_common_sections(server, threads="1"):
-    sections = modules_sections(server)
-    names = [n for n, _ in sections]
-    assert names[-len(AI_SECTIONS):] == AI_SECTIONS, names
-    assert [n for n in names if n.startswith("ai_")] == AI_SECTIONS, names
-    fields = dict(sections)
-    versions = [k for k, _ in fields["ai_versions"]]
-    want = ["ai_RedisAI_version", "ai_low_level_API_version", "ai_rdb_version"]
-    assert [k for k in versions if k in want] == want, versions
-    v = dict(fields["ai_versions"])
-    assert (v["ai_RedisAI_version"], v["ai_low_level_API_version"], v["ai_rdb_version"]) == ("1.2.7", "1", "4")
-    git = dict(fields["ai_git"])
-    assert "ai_git_sha" in git and git["ai_git_sha"]
-    assert fields["ai_load_time_configs"] == [
-        ("ai_threads_per_queue", threads), ("ai_inter_op_parallelism", "0"), ("ai_intra_op_parallelism", "0"),
-        ("ai_model_execution_timeout", "5000"), ("ai_backend_memory_limit", "0")]
-    cpu = fields["ai_cpu"]
-    want_cpu = ["ai_self_used_cpu_sys", "ai_self_used_cpu_user", "ai_children_used_cpu_sys",
-                "ai_children_used_cpu_user", "ai_main_thread_used_cpu_sys", "ai_main_thread_used_cpu_user"]
-    assert [k for k, _ in cpu][:6] == want_cpu
-    for k, val in cpu[:6]:
-        assert FLOAT_FMT.match(val) or val == "N/A", (k, val)
-    return fields
-
-
-def test_info_modules_at_start(server):
-    """Right after start (ONNX named at load time, nothing stored or run yet)."""
-    check_common_sections(server)
-    for section in ("everything", "all", "modules", "ai_cpu", "ai_backends_info"):
-        assert isinstance(server.raw("INFO", section), bytes)
-    assert isinstance(server.raw("INFO"), bytes)
-    con = server.client()
-    assert con.ping()
-
-
-def test_info_modules_after_model(server):
-    con = server.client()
-    store(con, "m", "mul")
-    set_tensor(con, "a", np.ones((1, 1), dtype=np.float32))
-    model_execute(con, "m", ["a", "a"], ["c"])
-    fields = check_common_sections(server)
-    backends = dict(fields["ai_backends_info"])
-    assert backends["ai_onnxruntime_version"] == "1.31.1"
-    assert backends["ai_onnxruntime_maximum_run_sessions_number"] == "1"
-    store(con, "m1", "mul", device="CPU:1")
-    model_execute(con, "m1", ["a", "a"], ["c"])
-    assert sessions(server) == 2
-    assert isinstance(server.raw("INFO", "everything"), bytes)
-
-
-@pytest.mark.module_args("THREADS_PER_QUEUE", "3")
-def test_modelstore_creates_device_queue(server):
-    """§1.5 step 10 (and §3.6 for RDB loading): MODELSTORE creates the run queue of the model's device, so
-    the workers exist (and are counted in ai_onnxruntime_maximum_run_sessions_number) before any run."""
-    con = server.client()
-    store(con, "m", "mul", device="CPU")
-    assert sessions(server) == 3
-    store(con, "m1", "mul", device="CPU:1")
-    assert sessions(server) == 6
-    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
-    assert sessions(server) == 6
-
-
-def test_info_onnx_memory_counters(server):
-    """§3.3/§3.5: ai_backends_info of ONNX has ai_onnxruntime_memory and ai_onnxruntime_memory_access_num
-    (the custom allocator's counters), between the version and the sessions number."""
-    con = server.client()
-    store(con, "m", "linear")
-    set_tensor(con, "x", np.ones((4, 4), dtype=np.float32))
-    model_execute(con, "m", ["x"], ["y"])
-    backends = dict(modules_sections(server))["ai_backends_info"]
-    keys = [k for k, _ in backends]
-    assert keys == ["ai_onnxruntime_version", "ai_onnxruntime_memory", "ai_onnxruntime_memory_access_num",
-                    "ai_onnxruntime_maximum_run_sessions_number"], keys
-    d = dict(backends)
-    assert int(d["ai_onnxruntime_memory"]) >= 0 and int(d["ai_onnxruntime_memory_access_num"]) > 0
-    # a model with initializers: its weights go through the counting allocator (and Redis's used_memory)
-    before = int(d["ai_onnxruntime_memory"])
-    blob_, _, _ = big_model(n=256)
-    assert con.execute_command("AI.MODELSTORE", "big", "ONNX", "CPU", "BLOB", blob_) == b"OK"
-    held = int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
-    assert held - before >= 256 * 256 * 4, (before, held)
-    con.delete("big")
-    # and gives them back with the model (the counter returns to what it was: `<=`, it held exactly the weights)
-    wait_for(lambda: int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"])
-             <= held - 256 * 256 * 4)
-
-
-@pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "1")
-def test_backend_memory_limit(server):
-    """§3.3: BACKEND_MEMORY_LIMIT (MB) holds ONNX Runtime's memory: a run or a session that needs more fails with
-    RedisAI's error, and the server goes on serving (what fits still runs)."""
-    con = server.client()
-    fields = dict(dict(modules_sections(server))["ai_load_time_configs"])
-    assert fields["ai_backend_memory_limit"] == "1", fields
-    store(con, "m", "mul")
-    set_tensor(con, "small", np.ones((2, 2), dtype=np.float32))
-    set_tensor(con, "big", np.ones((600, 600), dtype=np.float32))  # 1.44 MB output
-    assert model_execute(con, "m", ["small", "small"], ["c"]) == b"OK"
-    check_error(con, "Onnxruntime memory limit exceeded, memory allocation failed.",
-                "AI.MODELEXECUTE", "m", "INPUTS", 2, "big", "big", "OUTPUTS", 1, "c2")
-    assert con.exists("c2") == 0
-    blob_, _, _ = big_model(n=600)  # 2 x 1.44 MB of initializers
-    check_error(con, "Exception during initialization: Onnxruntime memory limit exceeded, memory allocation failed.",
-                "AI.MODELSTORE", "bigm", "ONNX", "CPU", "BLOB", blob_)
-    assert con.exists("bigm") == 0
-    assert model_execute(con, "m", ["small", "small"], ["c"]) == b"OK"
-    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"1", b"1", b"1", b"1"]
-    assert int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"]) < 1_000_000
-
-
-@pytest.mark.module_args("THREADS_PER_QUEUE", "2")
-def test_info_cpu_per_worker_thread(server):
-    """§3.2/§3.5: ai_cpu has ai_queue_<DEVICE>_bthread_n<i>_used_cpu_total for every worker thread."""
-    con = server.client()
-    store(con, "m", "mul")
-    store(con, "m1", "mul", device="CPU:1")
-    set_tensor(con, "a", np.ones((1, 1), dtype=np.float32))
-    model_execute(con, "m", ["a", "a"], ["c"])
-    model_execute(con, "m1", ["a", "a"], ["c"])
-    cpu = dict(dict(modules_sections(server))["ai_cpu"])
-    per_thread = {k: v for k, v in cpu.items() if re.match(r"ai_queue_.+_bthread_n\d+_used_cpu_total$", k)}
-    cpu0 = [k for k in per_thread if k.upper().startswith("AI_QUEUE_CPU_BTHREAD")]
-    # the device's ':' becomes '_' so that INFO's `name:value` lines stay parseable
-    cpu1 = [k for k in per_thread if k.upper().startswith("AI_QUEUE_CPU_1_BTHREAD")]
-    assert len(cpu0) == 2 and len(cpu1) == 2, sorted(cpu)
-    for v in per_thread.values():
-        assert FLOAT_FMT.match(v), v
-
-
-# =================================================================================================
-# AI.CONFIG (§1.16)
-
-ARITY_CONFIG = "ERR wrong number of arguments for 'AI.CONFIG' command"
-
-
-def test_ai_config(server):
-    con = server.client()
-    port = server.port
-    check_error_raw(port, ARITY_CONFIG, "AI.CONFIG")
-    check_error_raw(port, ARITY_CONFIG, "AI.CONFIG", "LOADBACKEND")
-    check_error_raw(port, ARITY_CONFIG, "AI.CONFIG", "LOADBACKEND", "ONNX")
-    check_error_raw(port, ARITY_CONFIG, "AI.CONFIG", "GET")
-    check_error_raw(port, "ERR unsupported backend", "AI.CONFIG", "LOADBACKEND", "FOO", "/x.so")
-    check_error_raw(port, "ERR BACKENDSPATH: missing path argument", "AI.CONFIG", "BACKENDSPATH")
-    check_error_raw(port, "ERR MODEL_CHUNK_SIZE: missing chunk size", "AI.CONFIG", "MODEL_CHUNK_SIZE")
-    for bad in ("x", "0", "-1", "1.5"):
-        check_error_raw(port, "ERR MODEL_CHUNK_SIZE: invalid chunk size", "AI.CONFIG", "MODEL_CHUNK_SIZE", bad)
-    check_error_raw(port, "ERR unsupported subcommand", "AI.CONFIG", "FOO")
-    check_error_raw(port, "ERR unsupported subcommand", "AI.CONFIG", "FOO", "bar")
-    # GET
-    assert raw_command(port, "AI.CONFIG", "GET", "MODEL_CHUNK_SIZE") == 535822336  # an integer reply
-    path = raw_command(port, "AI.CONFIG", "GET", "BACKENDSPATH")
-    assert isinstance(path, bytes)
-    candidates = {os.path.join(os.path.dirname(p), "backends") for p in
-                  (MODULE_PATH, os.path.abspath(MODULE_PATH), os.path.realpath(MODULE_PATH))}
-    assert path.decode() in candidates, (path, candidates)
-    assert raw_command(port, "AI.CONFIG", "GET", "FOO") is None
-    # setters
-    assert raw_command(port, "AI.CONFIG", "MODEL_CHUNK_SIZE", 1000) == "OK"
-    assert con.execute_command("AI.CONFIG", "GET", "MODEL_CHUNK_SIZE") == 1000
-    assert raw_command(port, "ai.config", "model_chunk_size", 77) == "OK"
-    assert con.execute_command("ai.config", "get", "model_chunk_size") == 77
-    assert raw_command(port, "AI.CONFIG", "BACKENDSPATH", "/tmp/some/where") == "OK"
-    assert con.execute_command("AI.CONFIG", "GET", "BACKENDSPATH") == b"/tmp/some/where"
-    # LOADBACKEND of a backend already loaded, or of a library that cannot be loaded
-    store(con, "m", "mul")
-    if ONNX_LIB:
-        check_error_raw(port, "ERR error loading backend", "AI.CONFIG", "LOADBACKEND", "ONNX", ONNX_LIB)
-    check_error_raw(port, "ERR error loading backend", "AI.CONFIG", "LOADBACKEND", "TF", "/nonexistent/tf.so")
-    check_error_raw(port, "ERR error loading backend", "AI.CONFIG", "LOADBACKEND", "TORCH", "relative/torch.so")
-    # the module still works
-    set_tensor(con, "a", np.array([[3.0]], dtype=np.float32))
-    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
-    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"9"]
-
-
-@pytest.mark.module_args("MODEL_CHUNK_SIZE", "1000", "BACKENDSPATH", "/opt/ai/backends", "INTRA_OP_PARALLELISM", "1",
-                         "INTER_OP_PARALLELISM", "1", "MODEL_EXECUTION_TIMEOUT", "2000")
-def test_load_time_config(server):
-    con = server.client()
-    assert con.execute_command("AI.CONFIG", "GET", "MODEL_CHUNK_SIZE") == 1000
-    assert con.execute_command("AI.CONFIG", "GET", "BACKENDSPATH") == b"/opt/ai/backends"
-    cfg = dict(dict(modules_sections(server))["ai_load_time_configs"])
-    assert (cfg["ai_inter_op_parallelism"], cfg["ai_intra_op_parallelism"], cfg["ai_model_execution_timeout"]) == (
-        "1", "1", "2000")
-    store(con, "h", "heavy")
-    assert len(con.execute_command("AI.MODELGET", "h", "BLOB")) == len(blob("heavy")) // 1000 + 1
-    x = np.ones((2, 256), dtype=np.float32)
-    set_tensor(con, "x", x)
-    assert model_execute(con, "h", ["x"], ["y"]) == b"OK"
-    np.testing.assert_allclose(get_tensor(con, "y"), weights.heavy(x), rtol=1e-4, atol=1e-5)
-
-
-# =================================================================================================
-# backend loading
-
-
-def test_bogus_onnx_path(make_server):
-    """The module loads with a bogus ONNX path; ONNX MODELSTORE then names the path tried; LOADBACKEND with
-    a path relative to BACKENDSPATH loads the real library afterwards."""
-    srv = make_server(load_module=False, server_args=["--loadmodule", MODULE_PATH, "ONNX", BOGUS_ONNX])
-    con = srv.client()
-    assert con.ping()
-    check_common_sections(srv)
-    assert "ai_onnxruntime_version" not in modules_info(srv)
-    for _ in range(2):
-        with pytest.raises(redis.exceptions.ResponseError) as e:
-            con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
-        assert f"Could not load backend ONNX from {BOGUS_ONNX}" in str(e.value), str(e.value)
-        assert con.exists("m") == 0
-    # the other commands still work
-    set_tensor(con, "t", np.ones(2, dtype=np.float32))
-    assert con.execute_command("AI.TENSORGET", "t", "VALUES") == [b"1", b"1"]
-    assert isinstance(srv.raw("INFO", "everything"), bytes)
-    require_onnx_lib()
-    check_error_raw(srv.port, "ERR error loading backend", "AI.CONFIG", "LOADBACKEND", "ONNX", BOGUS_ONNX)
-    assert con.execute_command("AI.CONFIG", "BACKENDSPATH", os.path.dirname(ONNX_LIB)) == b"OK"
-    assert con.execute_command("AI.CONFIG", "LOADBACKEND", "ONNX", os.path.basename(ONNX_LIB)) == b"OK"
-    check_error_raw(srv.port, "ERR error loading backend", "AI.CONFIG", "LOADBACKEND", "ONNX", ONNX_LIB)
-    store(con, "m", "mul")
-    set_tensor(con, "a", np.array([[2.0]], dtype=np.float32))
-    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
-    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"4"]
-    assert modules_info(srv)["ai_onnxruntime_version"] == "1.31.1"
-
-
-def test_gpu_device_without_cuda(con):
-    store(con, "cpu", "mul")
-    for dev in ("GPU", "GPU:0", "gpu:1"):
-        with pytest.raises(redis.exceptions.ResponseError) as e:
-            con.execute_command("AI.MODELSTORE", "m", "ONNX", dev, "BLOB", blob("mul"))
-        assert "CUDA" in str(e.value), str(e.value)
-        assert con.exists("m") == 0
-    assert con.execute_command("AI._MODELSCAN") == [[b"cpu", b""]]
-    set_tensor(con, "a", np.array([[2.0]], dtype=np.float32))
-    assert model_execute(con, "cpu", ["a", "a"], ["c"]) == b"OK"
-
-
-# =================================================================================================
-# MULTI / EXEC and Lua (§1.1)
-
-
-def test_multi_exec(con, shared_server):
-    set_tensor(con, "a", np.array([[2.0, 3.0]], dtype=np.float32))
-    pipe = con.pipeline(transaction=True)
-    pipe.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "TAG", "multi", "BLOB", blob("mul"))
-    pipe.execute_command("AI.MODELGET", "m", "META")  # the model is there at once: built synchronously
-    pipe.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
-    pipe.execute_command("AI.MODELRUN", "m", "INPUTS", "a", "a", "OUTPUTS", "c")
-    pipe.execute_command("AI.TENSORGET", "a", "VALUES")
-    res = pipe.execute(raise_on_error=False)
-    assert res[0] == b"OK"
-    assert res[1][:6] == [b"backend", b"ONNX", b"device", b"CPU", b"tag", b"multi"]
-    for r in res[2:4]:
-        assert isinstance(r, redis.exceptions.ResponseError) and str(r) == NOT_IN_TXN, r
-    assert res[4] == [b"2", b"3"]
-    assert con.exists("c") == 0
-    # the exact error as sent inside the EXEC reply
-    c = RawClient(shared_server.port)
-    c.send("MULTI")
-    c.send("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
-    c.send("EXEC")
-    assert c.reply() == "OK" and c.reply() == "QUEUED"
-    (err,) = c.reply()
-    c.close()
-    assert isinstance(err, RespError) and str(err) == "ERR " + NOT_IN_TXN
-    # the model stored in MULTI runs normally afterwards
-    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
-    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"4", b"9"]
-    assert ai_info(con, "m")["calls"] == 1
-
-
-def test_lua(con, shared_server):
-    port = shared_server.port
-    set_tensor(con, "a", np.array([[2.0, 3.0]], dtype=np.float32))
-    script_store = ("redis.call('AI.MODELSTORE', KEYS[1], 'ONNX', 'CPU', 'TAG', 'lua', 'BLOB', ARGV[1]) "
-                    "return redis.call('AI.MODELGET', KEYS[1], 'META')")
-    reply = con.eval(script_store, 1, "m", blob("mul"))
-    assert reply[:6] == [b"backend", b"ONNX", b"device", b"CPU", b"tag", b"lua"]
-    assert con.execute_command("AI.MODELGET", "m", "BLOB") == blob("mul")
-    pcall = "return redis.pcall('AI.MODELEXECUTE', KEYS[1], 'INPUTS', '2', KEYS[2], KEYS[2], 'OUTPUTS', '1', KEYS[3])"
-    check_error_raw(port, "ERR " + NOT_IN_TXN, "EVAL", pcall, 3, "m", "a", "c")
-    pcall_run = "return redis.pcall('AI.MODELRUN', KEYS[1], 'INPUTS', KEYS[2], KEYS[2], 'OUTPUTS', KEYS[3])"
-    check_error_raw(port, "ERR " + NOT_IN_TXN, "EVAL", pcall_run, 3, "m", "a", "c")
-    call = "return redis.call('AI.MODELEXECUTE', KEYS[1], 'INPUTS', '2', KEYS[2], KEYS[2], 'OUTPUTS', '1', KEYS[3])"
-    with pytest.raises(redis.exceptions.ResponseError) as e:
-        con.eval(call, 3, "m", "a", "c")
-    assert NOT_IN_TXN in str(e.value), str(e.value)
-    assert con.exists("c") == 0
-    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
-    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"4", b"9"]
-
-
-# =================================================================================================
-# load-time arguments
-
-
-BAD_LOAD_ARGS = [
-    ["THREADS_PER_QUEUE", "0"],
-    ["THREADS_PER_QUEUE", "1000"],
-    ["THREADS_PER_QUEUE", "-1"],
-    ["THREADS_PER_QUEUE", "x"],
-    ["THREADS_PER_QUEUE"],
-    ["MODEL_EXECUTION_TIMEOUT", "999"],
-    ["NO_SUCH_OPTION", "1"],
-]
-
-
-def test_module_load_validates_threads_per_queue(make_server):
-    srv = make_server(load_module=False)
-    con = srv.client()
-    for bad in BAD_LOAD_ARGS:
-        with pytest.raises(redis.exceptions.ResponseError):
-            con.execute_command("MODULE", "LOAD", MODULE_PATH, *onnx_args(), *bad)
-        assert "ai" not in module_names(con.execute_command("MODULE", "LIST")), bad
-        assert con.ping()
-    assert "error processing argument: THREADS_PER_QUEUE 0" in srv.log()
-    # the bounds themselves are fine
-    assert con.execute_command("MODULE", "LOAD", MODULE_PATH, *onnx_args(), "THREADS_PER_QUEUE", "256") == b"OK"
-    assert modules_info(srv)["ai_threads_per_queue"] == "256"
-    store(con, "m", "mul")
-    set_tensor(con, "a", np.array([[2.0]], dtype=np.float32))
-    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
-    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"4"]
-    if ONNX_LIB:
-        assert sessions(srv) == 256
-
-
-@pytest.mark.parametrize("value", ["0", "1000"])
-def test_server_refuses_to_start_with_bad_threads_per_queue(tmp_path, value):
-    port = free_port()
-    log = tmp_path / "redis.log"
-    argv = [SERVER_BIN, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
-            "--logfile", str(log), "--loadmodule", MODULE_PATH, *onnx_args(), "THREADS_PER_QUEUE", value]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        code = proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"redis-server started with THREADS_PER_QUEUE {value}")
-    assert code != 0
-    text = log.read_text(errors="replace") if log.exists() else ""
-    assert f"THREADS_PER_QUEUE {value}" in text, text[-2000:]
-    assert "BUG REPORT" not in text
-
-
-def test_threads_per_queue_1_is_the_minimum(make_server):
-    srv = make_server(module_args=["THREADS_PER_QUEUE", "1"])
-    assert modules_info(srv)["ai_threads_per_queue"] == "1"
-
-
-# =================================================================================================
 # idle workers sleep
 
 
@@ -762,3 +347,178 @@ def test_idle_workers_use_no_cpu(server):
     time.sleep(2.0)
     used = proc_cpu_seconds(server.pid) - before
     assert used < 0.05, f"an idle server used {used:.3f}s of CPU in 2s"
+
+
+# =================================================================================================
+# many clients at once, per backend
+
+
+@pytest.mark.module_args("THREADS_PER_QUEUE", "3")
+def test_concurrent_clients_tflite(server):
+    """THREADS_PER_QUEUE 3: each worker runs its own compiled model; every reply matches its own input."""
+    con = server.client()
+    tfl_store(con, "m", "sub_mul")
+    errors = []
+
+    def worker(t):
+        c = server.client()
+        try:
+            for i in range(30):
+                a, b = ab(1 + (t + i) % 5, seed=t * 1000 + i)
+                set_tensor(c, f"a{t}", a)
+                set_tensor(c, f"b{t}", b)
+                assert model_execute(c, "m", [f"a{t}", f"b{t}"], [f"d{t}", f"p{t}"]) == b"OK"
+                np.testing.assert_array_equal(get_tensor(c, f"d{t}"), a - b)
+                np.testing.assert_array_equal(get_tensor(c, f"p{t}"), a * b)
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert ai_info(con, "m")["calls"] == 180
+
+
+@pytest.mark.module_args("THREADS_PER_QUEUE", "4")
+def test_concurrent_execute_tf(server):
+    """8 clients x 25 MODELEXECUTE of tf_dense, each with its own input: every output belongs to its input."""
+    con = server.client()
+    tf_store(con, "m", "dense")
+    n_threads, n_runs = 8, 25
+    inputs, results = concurrent_executes(server, "m", n_threads, n_runs)
+    for key, x in inputs.items():
+        assert_close(results[key], weights.linear(x))
+    # exact: each output is bit for bit what a run of the same input alone gives
+    for (t, i), x in inputs.items():
+        if i % 5 == 0:
+            assert model_execute(con, "m", [f"x:{t}:{i}"], ["ref"]) == b"OK"
+            assert get_tensor(con, "ref").tobytes() == results[t, i].tobytes(), (t, i)
+    info = ai_info(con, "m")
+    assert (info["errors"], info["samples"]) == (0, 2 * (n_threads * n_runs + n_threads * n_runs // 5)), info
+
+
+@pytest.mark.module_args("THREADS_PER_QUEUE", "4")
+def test_concurrent_execute_torch(server):
+    """8 clients x 25 MODELEXECUTE of torch_linear, each with its own input: every output belongs to its input."""
+    con = server.client()
+    pt_store(con, "m", "torch_linear")
+    n_threads, n_runs = 8, 25
+    inputs, results = concurrent_executes(server, "m", n_threads, n_runs)
+    for key, x in inputs.items():
+        np.testing.assert_allclose(results[key], weights.linear(x), rtol=1e-5, atol=1e-5)
+    # exact: each output is bit for bit what a run of the same input alone gives
+    for (t, i), x in inputs.items():
+        if i % 5 == 0:
+            assert model_execute(con, "m", [f"x:{t}:{i}"], ["ref"]) == b"OK"
+            assert get_tensor(con, "ref").tobytes() == results[t, i].tobytes(), (t, i)
+    info = ai_info(con, "m")
+    assert (info["errors"], info["calls"], info["samples"]) == (
+        0, n_threads * n_runs * 6 // 5, 2 * n_threads * n_runs * 6 // 5), info
+
+
+def test_scriptexecute_concurrent_clients(server):
+    """Several clients running the same script on the same and on another device at once."""
+    con = server.client()
+    script_store(con, "s", MAIN_SRC, MAIN_FNS)
+    script_store(con, "s1", MAIN_SRC, MAIN_FNS, device="CPU:1")
+    errors = []
+
+    def worker(t):
+        c = server.client()
+        try:
+            for i in range(15):
+                x = np.full((2, 2), t * 100 + i, dtype=np.float32)
+                set_tensor(c, f"x{t}", x)
+                key = "s" if (t + i) % 2 else "s1"
+                assert script_execute(c, key, "scale", inputs=[f"x{t}"], args=[str(t + 1)],
+                                      outputs=[f"y{t}"]) == b"OK"
+                np.testing.assert_array_equal(get_tensor(c, f"y{t}"), x * np.float32(t + 1))
+        except Exception as e:  # noqa: BLE001
+            errors.append((t, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
+    assert errors == [], errors
+    assert ai_info(con, "s")["calls"] + ai_info(con, "s1")["calls"] == 90
+
+
+# =================================================================================================
+# two devices in one DAG
+
+
+def worker_threads(pid):
+    """{thread name: tid} of a process."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[(task / "comm").read_text().strip()] = int(task.name)
+        except OSError:
+            pass
+    return out
+
+
+def thread_cpu_ticks(pid, tid):
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
+
+
+@pytest.mark.module_args("INTRA_OP_PARALLELISM", "1")
+@pytest.mark.skipif(os.cpu_count() < 2, reason="needs two CPUs to run two device queues at once")
+def test_dag_two_devices_run_in_parallel(server):
+    """heavy.onnx on CPU and on CPU:1 in one DAG: the worker threads `ai:CPU:0` and `ai:CPU:1:0` both
+    accumulate CPU time in the same sampling intervals (many of them), which a sequential run could only do in
+    the one interval where the first op ends and the second starts."""
+    con = server.client()
+    store(con, "h0", "heavy", device="CPU")
+    store(con, "h1", "heavy", device="cpu:1")
+    x = heavy_batch(512, seed=1)
+    tset(con, "x", x)
+    # size the batch so that each op takes about a second here
+    assert con.execute_command(*mexec("h1", ["x"], ["y"])) == b"OK"
+    start = time.monotonic()
+    assert con.execute_command(*mexec("h0", ["x"], ["y"])) == b"OK"
+    per_row = (time.monotonic() - start) / 512
+    names = worker_threads(server.pid)
+    assert "ai:CPU:0" in names and "ai:CPU:1:0" in names, sorted(names)
+    assert "ai:cpu:1:0" not in names  # device strings name queues case-insensitively (h1 was stored on cpu:1)
+    t0, t1 = names["ai:CPU:0"], names["ai:CPU:1:0"]
+    batch = int(min(max(1.0 / max(per_row, 1e-7), 512), 65536))
+    x = heavy_batch(batch, seed=2)
+    tset(con, "x", x)
+
+    samples = []
+    stop = threading.Event()
+
+    def sampler():
+        while not stop.is_set():
+            samples.append((thread_cpu_ticks(server.pid, t0), thread_cpu_ticks(server.pid, t1)))
+            time.sleep(0.05)
+
+    th = threading.Thread(target=sampler)
+    th.start()
+    try:
+        ret = con.execute_command(*dag_cmd("AI.DAGEXECUTE", ["LOAD", 1, "x"], [
+            mexec("h0", ["x"], ["y0"]), mexec("h1", ["x"], ["y1"]),
+            ["AI.TENSORGET", "y0", "META", "BLOB"], ["AI.TENSORGET", "y1", "META", "BLOB"]]))
+    finally:
+        stop.set()
+        th.join()
+    assert ret[:2] == [b"OK", b"OK"]
+    expected = weights.heavy(x)
+    np.testing.assert_allclose(from_meta_blob(ret[2]), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(from_meta_blob(ret[3]), expected, rtol=1e-4, atol=1e-4)
+    d0 = samples[-1][0] - samples[0][0]
+    d1 = samples[-1][1] - samples[0][1]
+    assert d0 > 0 and d1 > 0, (d0, d1, batch)
+    both = sum(1 for a, b in zip(samples, samples[1:]) if b[0] > a[0] and b[1] > a[1])
+    assert both >= 3, (f"only {both} of {len(samples) - 1} intervals saw both workers run "
+                       f"(batch {batch}, ticks {d0}/{d1})")

@@ -49,26 +49,43 @@ def test_short_runs_go_inline_after_the_first_ones(server):
 def test_threshold_zero_keeps_every_run_queued(server):
     c = server.client()
     c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
-    set_tensor(c, "a", np.ones((2, 2), dtype=np.float32))
+    set_tensor(c, "a", np.full((2, 2), 3.0, dtype=np.float32))
+    before = runs(server)
     for _ in range(10):
-        execute(c)
-    assert runs(server)[0] == 0
+        assert execute(c) == b"OK"
+    np.testing.assert_array_equal(get_tensor(c, "c"), np.full((2, 2), 9.0))
+    assert tuple(a - b for a, b in zip(runs(server), before)) == (0, 10)
     assert c.execute_command("AI.CONFIG", "GET", "INLINE_THRESHOLD") == 0
+    # Control: the default threshold, set at run time, lets the same runs go inline.
     assert c.execute_command("AI.CONFIG", "INLINE_THRESHOLD", 100) == b"OK"
     for _ in range(3):
-        execute(c)
+        assert execute(c) == b"OK"
     assert runs(server)[0] >= 1
+    np.testing.assert_array_equal(get_tensor(c, "c"), np.full((2, 2), 9.0))
     with pytest.raises(redis.ResponseError):
         c.execute_command("AI.CONFIG", "INLINE_THRESHOLD", -1)
 
 
+@pytest.mark.module_args(*SHORT)
 def test_batching_models_never_run_inline(server):
+    """A model stored with BATCHSIZE is always queued (its runs are batched on a worker), even where the same model
+    without BATCHSIZE, with the same inputs, runs inline."""
     c = server.client()
     c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BATCHSIZE", 4, "BLOB", blob("mul"))
-    set_tensor(c, "a", np.ones((1, 2), dtype=np.float32))
+    c.execute_command("AI.MODELSTORE", "plain", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(c, "a", np.array([[1.0, 2.0]], dtype=np.float32))
+    before = runs(server)
     for _ in range(10):
-        execute(c)
-    assert runs(server)[0] == 0
+        assert execute(c) == b"OK"
+    np.testing.assert_array_equal(get_tensor(c, "c"), [[1.0, 4.0]])
+    assert tuple(a - b for a, b in zip(runs(server), before)) == (0, 10)
+    # Control: the same runs of the model without BATCHSIZE go inline after the first ones.
+    before = runs(server)
+    for _ in range(10):
+        assert execute(c, "plain", out="p") == b"OK"
+    np.testing.assert_array_equal(get_tensor(c, "p"), [[1.0, 4.0]])
+    inline, queued = (a - b for a, b in zip(runs(server), before))
+    assert inline >= 1 and inline + queued == 10, (inline, queued)
 
 
 def test_a_run_that_suddenly_grows_finishes_on_a_worker(make_server, make_replica):

@@ -1,10 +1,10 @@
-"""GPU devices on a machine without a GPU (issue "GPU devices for real").
+"""GPU devices on a machine without a GPU (docs/commands.md, "GPU").
 
 Every backend parses `GPU` / `GPU:<n>`, but the default (CPU) build has no CUDA libraries, and the flow tests
 run where there is no GPU. Every GPU request must then fail with a clear error, create nothing, and leave the
 rest of the server as it was: CPU models and scripts in the same server keep working, INFO is unchanged.
 
-Exact replies (spec §1.5 step 9 for ONNX and TF; the others are this module's):
+Exact replies (RedisAI's for ONNX and TF; the others are this module's):
   ONNX    ERR GPU requested but ONNX couldn't find CUDA
   TF      ERR GPU requested but TF couldn't find CUDA
   TFLITE  ERR GPU requested but TFLITE has no GPU support in this module
@@ -20,12 +20,14 @@ import subprocess
 
 import numpy as np
 import pytest
+import redis
 
-from helpers.checks import check_error_raw
+from helpers.checks import check_error_raw, error_text
 from helpers.data import DATA_DIR
 from helpers.onnx_models import blob, get_tensor, model_execute, modules_sections, set_tensor, store
 from helpers.resp import raw_command
 from helpers.server import MODULE_PATH, REPO_ROOT, SERVER_BIN
+from helpers.tf_models import tf_blob
 from helpers.torch_models import entry, pt_blob, pt_store
 
 
@@ -58,11 +60,6 @@ def gpu_stores(device):
     ]
 
 
-@pytest.fixture
-def port(shared_server):
-    return shared_server.port
-
-
 @pytest.mark.parametrize("device", GPU_DEVICES)
 @pytest.mark.parametrize("backend", ["ONNX", "TF", "TFLITE", "TORCH"])
 def test_modelstore_gpu(con, port, backend, device):
@@ -81,6 +78,34 @@ def test_scriptstore_gpu(con, port, device):
     assert con.exists("s") == 0
     check_error_raw(port, "ERR script key is empty",
                     "AI.SCRIPTEXECUTE", "s", "bar", "KEYS", 1, "a", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
+
+
+def test_gpu_device_without_cuda(con):
+    store(con, "cpu", "mul")
+    for dev in ("GPU", "GPU:0", "gpu:1"):
+        with pytest.raises(redis.exceptions.ResponseError) as e:
+            con.execute_command("AI.MODELSTORE", "m", "ONNX", dev, "BLOB", blob("mul"))
+        assert "CUDA" in str(e.value), str(e.value)
+        assert con.exists("m") == 0
+    assert con.execute_command("AI._MODELSCAN") == [[b"cpu", b""]]
+    set_tensor(con, "a", np.array([[2.0]], dtype=np.float32))
+    assert model_execute(con, "cpu", ["a", "a"], ["c"]) == b"OK"
+
+
+@pytest.mark.parametrize("device", ["GPU", "GPU:0", "gpu:1"])
+def test_gpu_device_tf(con, port, device):
+    check_error_raw(port, "ERR GPU requested but TF couldn't find CUDA",
+                    "AI.MODELSTORE", "m", "TF", device, *io_args(["x"], ["y"]), "BLOB", tf_blob("dense"))
+    assert con.exists("m") == 0
+
+
+@pytest.mark.parametrize("device", ["GPU", "GPU:0", "gpu:1"])
+def test_modelstore_gpu_device_torch(con, device):
+    for cmd in (["AI.MODELSTORE", "m", "TORCH", device, "BLOB", pt_blob("torch_add")],
+                ["AI.MODELSET", "m", "TORCH", device, "BLOB", pt_blob("torch_add")]):
+        msg = error_text(con.execute_command, *cmd)
+        assert "CUDA" in msg, msg
+    assert con.exists("m") == 0
 
 
 def test_failed_gpu_store_keeps_the_cpu_model(con, port):

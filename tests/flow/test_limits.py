@@ -1,4 +1,5 @@
-"""Resource limits (issue #8, item 6): what the module bounds, the exact errors, and `maxmemory`.
+"""Resource limits (docs/commands.md, "Limits" and "Load-time arguments"): what the module bounds, the exact errors,
+and `maxmemory`; load-time arguments out of their bounds (or unknown) make the module refuse to load.
 
 Limits in the module (src/):
   THREADS_PER_QUEUE        1..=256 (src/config.rs MAX_THREADS_PER_QUEUE), INTRA/INTER_OP_PARALLELISM 1..=1024:
@@ -22,13 +23,16 @@ alone or as DAG ops, is also checked against maxmemory by the module with what i
 (src/redis/memory.rs), so one command cannot take the server far past maxmemory.
 """
 
+import subprocess
+
 import numpy as np
 import pytest
+import redis
 
 from helpers.checks import check_error_raw, module_names
-from helpers.onnx_models import blob, get_tensor, set_tensor, store
+from helpers.onnx_models import blob, get_tensor, model_execute, modules_info, sessions, set_tensor, store
 from helpers.resp import RawClient, RespError, raw_command
-from helpers.server import MODULE_PATH
+from helpers.server import MODULE_PATH, ONNX_LIB, SERVER_BIN, free_port
 from helpers.torch_models import entry, script_set, script_store
 
 TOO_LARGE = "ERR tensor size exceeds the limit of 4294967296 bytes"
@@ -51,6 +55,80 @@ def test_load_time_bounds(make_server, key, value):
     # one below the bound loads
     ok = {"THREADS_PER_QUEUE": "2", "INTRA_OP_PARALLELISM": "1024", "INTER_OP_PARALLELISM": "1024"}[key]
     assert srv.raw("MODULE", "LOAD", MODULE_PATH, key, ok) == "OK"
+
+
+def onnx_args():
+    return ["ONNX", ONNX_LIB] if ONNX_LIB else []
+
+
+BAD_LOAD_ARGS = [
+    ["THREADS_PER_QUEUE", "0"],
+    ["THREADS_PER_QUEUE", "1000"],
+    ["THREADS_PER_QUEUE", "-1"],
+    ["THREADS_PER_QUEUE", "x"],
+    ["THREADS_PER_QUEUE"],
+    ["MODEL_EXECUTION_TIMEOUT", "999"],
+    ["NO_SUCH_OPTION", "1"],
+]
+
+
+def test_module_load_validates_threads_per_queue(make_server):
+    srv = make_server(load_module=False)
+    con = srv.client()
+    for bad in BAD_LOAD_ARGS:
+        with pytest.raises(redis.exceptions.ResponseError):
+            con.execute_command("MODULE", "LOAD", MODULE_PATH, *onnx_args(), *bad)
+        assert "ai" not in module_names(con.execute_command("MODULE", "LIST")), bad
+        assert con.ping()
+    assert "error processing argument: THREADS_PER_QUEUE 0" in srv.log()
+    # the bounds themselves are fine
+    assert con.execute_command("MODULE", "LOAD", MODULE_PATH, *onnx_args(), "THREADS_PER_QUEUE", "256") == b"OK"
+    assert modules_info(srv)["ai_threads_per_queue"] == "256"
+    store(con, "m", "mul")
+    set_tensor(con, "a", np.array([[2.0]], dtype=np.float32))
+    assert model_execute(con, "m", ["a", "a"], ["c"]) == b"OK"
+    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"4"]
+    if ONNX_LIB:
+        assert sessions(srv) == 256
+
+
+@pytest.mark.parametrize("value", ["0", "1000"])
+def test_server_refuses_to_start_with_bad_threads_per_queue(tmp_path, value):
+    port = free_port()
+    log = tmp_path / "redis.log"
+    argv = [SERVER_BIN, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
+            "--logfile", str(log), "--loadmodule", MODULE_PATH, *onnx_args(), "THREADS_PER_QUEUE", value]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        code = proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"redis-server started with THREADS_PER_QUEUE {value}")
+    assert code != 0
+    text = log.read_text(errors="replace") if log.exists() else ""
+    assert f"THREADS_PER_QUEUE {value}" in text, text[-2000:]
+    assert "BUG REPORT" not in text
+
+
+def test_threads_per_queue_1_is_the_minimum(make_server):
+    """THREADS_PER_QUEUE 1 loads and gives each device queue one worker, which runs the models; 0, one below,
+    makes the module refuse to load."""
+    srv = make_server(module_args=["THREADS_PER_QUEUE", "1"])
+    assert modules_info(srv)["ai_threads_per_queue"] == "1"
+    con = srv.client()
+    store(con, "m", "mul")
+    store(con, "m1", "mul", device="CPU:1")
+    assert sessions(srv) == 2  # one worker (ONNX Runtime session) per queue
+    set_tensor(con, "a", np.array([[3.0]], dtype=np.float32))
+    for key in ("m", "m1"):
+        assert model_execute(con, key, ["a", "a"], ["c"]) == b"OK"
+        assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"9"]
+    below = make_server(load_module=False, name="below")
+    reply = below.raw("MODULE", "LOAD", MODULE_PATH, *onnx_args(), "THREADS_PER_QUEUE", "0")
+    assert isinstance(reply, RespError), reply
+    assert "ai" not in module_names(below.raw("MODULE", "LIST"))
+    assert "ERR error processing argument: THREADS_PER_QUEUE 0" in below.log()
 
 
 # =================================================================================================

@@ -1,7 +1,9 @@
-"""The ONNX kill switch (spec §3.3 MODEL_EXECUTION_TIMEOUT, §1.8, §3.4): an ONNX run that takes longer than
-MODEL_EXECUTION_TIMEOUT ms (load-time, default 5000, at least 1000) is terminated and fails with ONNX
+"""The kill switch (docs/commands.md, "Load-time arguments": MODEL_EXECUTION_TIMEOUT): an ONNX run that takes
+longer than MODEL_EXECUTION_TIMEOUT ms (load-time, default 5000, at least 1000) is terminated and fails with ONNX
 Runtime's `Exiting due to terminate flag being set to true`; the server stays responsive meanwhile, the worker
 serves the next request right after, and with THREADS_PER_QUEUE 2 the other worker of the queue keeps serving.
+A TFLITE run is cancelled between ops the same way. (TORCH models and scripts that loop are stopped by the sandbox:
+test_security_torch.py.)
 
 loop_forever.onnx (tests/data/gen_onnx.py): x FLOAT [1] -> y, an ONNX Loop with trip count 2^62 that never
 ends unless stopped."""
@@ -12,11 +14,13 @@ import numpy as np
 import pytest
 import redis
 
-from helpers.checks import module_names, wait_for
+from helpers.checks import check_error, module_names, wait_for
 from helpers.data import weights
-from helpers.onnx_models import Request, ai_info, blocked_names, get_tensor, mexec, modules_info, set_tensor, store
+from helpers.onnx_models import (Request, ai_info, blocked_names, get_tensor, mexec, model_execute, modules_info,
+                                 set_tensor, store)
 from helpers.resp import RespError
 from helpers.server import MODULE_PATH, ONNX_LIB
+from helpers.tflite_models import while_model
 
 TERMINATED = "Exiting due to terminate flag being set to true"
 
@@ -39,7 +43,8 @@ def onnx_args():
     return ["ONNX", ONNX_LIB] if ONNX_LIB else []
 
 
-# -------------------------------------------------------------------------------------------------
+# =================================================================================================
+# ONNX
 
 
 @pytest.mark.module_args("MODEL_EXECUTION_TIMEOUT", "1000")
@@ -177,3 +182,23 @@ def test_default_execution_timeout_is_5000(server):
     assert con.execute_command(*mexec("lin", ["x"], ["y"])) == b"OK"
     info = ai_info(con, "loop")
     assert (info["calls"], info["errors"]) == (1, 1)
+
+
+# =================================================================================================
+# TFLITE
+
+
+def test_kill_switch_stops_a_long_loop_tflite(make_server):
+    """MODEL_EXECUTION_TIMEOUT stops a run between ops (LiteRT's cancellation check, which the memory bound
+    shares): a WHILE loop of 2^32 iterations fails after the limit and the model serves the next request."""
+    srv = make_server(module_args=["MODEL_EXECUTION_TIMEOUT", "1000"], name="tflite_kill_switch")
+    con = srv.client()
+    assert con.execute_command("AI.MODELSTORE", "w", "TFLITE", "CPU", "BLOB", while_model()) == b"OK"
+    set_tensor(con, "x", np.array([-2**31], dtype=np.int32))
+    start = time.monotonic()
+    check_error(con, "TFLITE: the run was cancelled after MODEL_EXECUTION_TIMEOUT (1000 ms)",
+                "AI.MODELEXECUTE", "w", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+    assert time.monotonic() - start < 10
+    set_tensor(con, "x", np.array([3], dtype=np.int32))
+    assert model_execute(con, "w", ["x"], ["y"]) == b"OK"
+    assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [10]

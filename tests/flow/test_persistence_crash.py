@@ -23,14 +23,12 @@ import pytest
 import redis
 
 from helpers.checks import wait_for
-from helpers.onnx_models import blob, get_tensor, set_tensor, store
-from helpers.recorded import RECORDED, need_case, payload_body, recorded_create
+from helpers.onnx_models import blob, get_tensor, recorded_model_function, set_tensor, store
+from helpers.rdb import crc64, rdb_len
+from helpers.recorded import RECORDED, assert_reply, need_case, payload_body, recorded_create
 from helpers.resp import RespError
+from helpers.tf_models import tf_blob
 from helpers.torch_models import entry, pt_blob, pt_store, script_set, script_store
-# helpers of other test files, reused rather than copied
-from test_persistence_model import recorded_model_function
-from test_restore import assert_reply, crc64, rdb_len
-from test_backend_tf import tf_blob
 
 FSYNC_PERIOD = 1.0  # appendfsync everysec: Redis fsyncs the AOF once a second
 MARGIN = 0.5  # a late fsync, scheduling on a loaded machine

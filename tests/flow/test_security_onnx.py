@@ -1,5 +1,5 @@
-"""Model admission of ONNX and TFLITE models (src/admission/onnx.rs, src/admission/tflite.rs): a client that may
-store a model must not make the server read its files or load code.
+"""ONNX model admission and the ONNX memory bound (src/admission/onnx.rs; docs/security.md): a client that may store
+a model must not make the server read its files, load code, or allocate what a request asks for.
 
 Every attack is reproduced against a real server and refused, and nothing is read: `secret.txt`, a file with
 known bytes in the server's working directory (its `dir`, where ONNX Runtime resolves a relative external-data
@@ -9,16 +9,19 @@ model also exists in a harmless twin with the same bytes inline, which stores an
 the external data, not a broken model).
 
 Also refused: ONNX Runtime's EPContext (reads the file its ep_cache_context names), ATen, custom-op domains, the
-`ort_config` metadata entry, ORT-format blobs, a model-local function that calls itself; TFLITE models with
-select-TF (Flex) or other custom ops.
+`ort_config` metadata entry, ORT-format blobs, a model-local function that calls itself.
 
 A refused model that arrives through RESTORE, an RDB, a replica's sync or an AOF (with or without an RDB
 preamble) is kept with its bytes (no data is lost) but never runs: AI.MODELEXECUTE replies the refusal,
 AI.MODELGET BLOB gives the original bytes. The refusal of external data is sent as RedisAI sent it (ONNX
 Runtime's text, without `ERR `).
+
+Memory: BACKEND_MEMORY_LIMIT (MB) holds ONNX Runtime's memory, and without it a default bound does; a model that
+asks for more than the bound (ConstantOfShape sized by its input) fails that run only, and Redis keeps its data.
 """
 
 import os
+import time
 
 import numpy as np
 import onnx
@@ -26,17 +29,16 @@ import pytest
 import redis
 from onnx import TensorProto, helper
 
+from helpers.admission import EXTERNAL, N, SECRET, assert_kept_not_run, no_secret_anywhere
 from helpers.aof import aof_commands, bgrewriteaof
 from helpers.checks import check_error, check_error_raw
 from helpers.data import DATA_DIR as DATA
-from helpers.onnx_models import blob, get_tensor, model_execute, set_tensor, store
+from helpers.onnx_models import (big_model, blob, get_tensor, make_model, model_execute, modules_sections, set_tensor,
+                                 store)
+from helpers.rdb import model_payload
 from helpers.watch import watched_secret
-from test_dropin import model_payload
 
-EXTERNAL = "Initializer tensors with external data is not allowed."
-SECRET = b"redisai-rs admission test: TOP SECRET 4242"
-N = len(SECRET)
-ONNX, TFLITE = 3, 1  # backend codes in RDB payloads
+ONNX = 3  # the backend code in RDB payloads
 
 
 # -------------------------------------------------------------------------------------------------
@@ -57,15 +59,6 @@ def server_secret(server):
 
 def _secret_in(srv):
     return watched_secret(srv, SECRET)
-
-
-def no_secret_anywhere(con):
-    """No key holds the secret's bytes (tensors read back with TENSORGET BLOB, other values with DUMP)."""
-    for key in con.scan_iter(count=1000):
-        if con.type(key) == b"AI_TENSOR":
-            assert SECRET not in con.execute_command("AI.TENSORGET", key, "BLOB"), key
-        elif con.type(key) != b"AI__MODEL":  # a model's DUMP holds its own bytes (a location, not the data)
-            assert SECRET not in (con.dump(key) or b""), key
 
 
 # -------------------------------------------------------------------------------------------------
@@ -259,24 +252,6 @@ def restore_evil(con, key="evil", make=m_initializer):
     return evil
 
 
-def assert_kept_not_run(con, key, evil, error=EXTERNAL, backend=b"ONNX", names=([b"x"], [b"y"])):
-    """`names`: what META reports (an AOF's AI.MODELSTORE of an ONNX model carries none, and a refused model never
-    reached the backend that would report them)."""
-    assert con.execute_command("AI.MODELGET", key, "BLOB") == evil
-    meta = con.execute_command("AI.MODELGET", key, "META")
-    meta = dict(zip(meta[::2], meta[1::2]))
-    assert (meta[b"backend"], meta[b"inputs"], meta[b"outputs"]) == (backend, *names)
-    set_tensor(con, "zeros", np.zeros(N, dtype=np.uint8), "UINT8")
-    check_error(con, error, "AI.MODELEXECUTE", key, "INPUTS", 1, "zeros", "OUTPUTS", 1, "out")
-    check_error(con, error, "AI.MODELRUN", key, "INPUTS", "zeros", "OUTPUTS", "out")
-    # a DAG replies per op: the error, then NA for the TENSORGET that had nothing to read
-    reply = con.execute_command("AI.DAGEXECUTE", "LOAD", 1, "zeros", "|>", "AI.MODELEXECUTE", key, "INPUTS", 1,
-                                "zeros", "OUTPUTS", 1, "out", "|>", "AI.TENSORGET", "out", "BLOB")
-    assert [str(reply[0]), reply[1]] == [error, b"NA"], reply
-    assert con.exists("out") == 0
-    no_secret_anywhere(con)
-
-
 def test_restore_keeps_refused_model_without_running_it(con, secret):
     for where in ("initializer", "if-subgraph", "local-function"):
         evil = restore_evil(con, where, EXTERNAL_MODELS[where])
@@ -404,38 +379,10 @@ def test_recursive_local_function_refused(con):
 
 
 # -------------------------------------------------------------------------------------------------
-# TFLITE
-
-
-def tflite(name):
-    return (DATA / f"{name}.tflite").read_bytes()
-
-
-FLEX = ("TFLITE model refused: operator code 0 is the select-TF (Flex) op 'FlexReadFile': Flex ops are not allowed "
-        "(they would run TensorFlow kernels such as ReadFile)")
-CUSTOM = ("TFLITE model refused: operator code 0 is the custom op 'MyCustomOp': custom ops are not allowed "
-          "(no custom-op libraries)")
-
-
-def test_tflite_custom_ops_refused_at_store(con):
-    for name, error in (("tflite_flex_op", FLEX), ("tflite_custom_op", CUSTOM)):
-        check_error(con, error, "AI.MODELSTORE", "m", "TFLITE", "CPU", "BLOB", tflite(name))
-        check_error(con, error, "AI.MODELSET", "m", "TFLITE", "CPU", "BLOB", tflite(name))
-    assert con.exists("m") == 0
-
-
-def test_tflite_restore_keeps_refused_model(con):
-    evil = tflite("tflite_flex_op")
-    assert con.restore("flex", 0, model_payload(4, TFLITE, "CPU", evil, inputs=["x"], outputs=["y"])) == b"OK"
-    assert_kept_not_run(con, "flex", evil, error=FLEX, backend=b"TFLITE")
-
-
-# -------------------------------------------------------------------------------------------------
 # legitimate models still store and run
 
 
 LEGIT_ONNX = sorted(p.stem for p in DATA.glob("*.onnx"))
-LEGIT_TFLITE = sorted(p.stem for p in DATA.glob("*.tflite") if "custom" not in p.stem and "flex" not in p.stem)
 
 
 @pytest.mark.parametrize("name", LEGIT_ONNX)
@@ -444,19 +391,123 @@ def test_committed_onnx_models_store(con, name):
     assert con.execute_command("AI.MODELGET", "m", "BLOB") == blob(name)
 
 
-@pytest.mark.parametrize("name", LEGIT_TFLITE)
-def test_committed_tflite_models_store(con, name):
-    assert con.execute_command("AI.MODELSTORE", "m", "TFLITE", "CPU", "BLOB", tflite(name)) == b"OK"
-
-
 def test_legitimate_models_run(con):
     store(con, "mul", "mul")
     a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
     set_tensor(con, "a", a)
     assert model_execute(con, "mul", ["a", "a"], ["c"]) == b"OK"
     np.testing.assert_array_equal(get_tensor(con, "c"), a * a)
-    assert con.execute_command("AI.MODELSTORE", "t", "TFLITE", "CPU", "BLOB", tflite("tflite_int")) == b"OK"
-    x = np.array([[1, 1, 1]], dtype=np.int32)
-    set_tensor(con, "x", x)
-    assert model_execute(con, "t", ["x"], ["y"]) == b"OK"
-    np.testing.assert_array_equal(get_tensor(con, "y"), x + np.array([1, 2, 3], dtype=np.int32))
+
+
+# -------------------------------------------------------------------------------------------------
+# the memory bound: BACKEND_MEMORY_LIMIT
+
+
+@pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "1")
+def test_backend_memory_limit(server):
+    """BACKEND_MEMORY_LIMIT (MB) holds ONNX Runtime's memory: a run or a session that needs more fails with
+    RedisAI's error, and the server goes on serving (what fits still runs)."""
+    con = server.client()
+    fields = dict(dict(modules_sections(server))["ai_load_time_configs"])
+    assert fields["ai_backend_memory_limit"] == "1", fields
+    store(con, "m", "mul")
+    set_tensor(con, "small", np.ones((2, 2), dtype=np.float32))
+    set_tensor(con, "big", np.ones((600, 600), dtype=np.float32))  # 1.44 MB output
+    assert model_execute(con, "m", ["small", "small"], ["c"]) == b"OK"
+    check_error(con, "Onnxruntime memory limit exceeded, memory allocation failed.",
+                "AI.MODELEXECUTE", "m", "INPUTS", 2, "big", "big", "OUTPUTS", 1, "c2")
+    assert con.exists("c2") == 0
+    blob_, _, _ = big_model(n=600)  # 2 x 1.44 MB of initializers
+    check_error(con, "Exception during initialization: Onnxruntime memory limit exceeded, memory allocation failed.",
+                "AI.MODELSTORE", "bigm", "ONNX", "CPU", "BLOB", blob_)
+    assert con.exists("bigm") == 0
+    assert model_execute(con, "m", ["small", "small"], ["c"]) == b"OK"
+    assert con.execute_command("AI.TENSORGET", "c", "VALUES") == [b"1", b"1", b"1", b"1"]
+    assert int(dict(dict(modules_sections(server))["ai_backends_info"])["ai_onnxruntime_memory"]) < 1_000_000
+
+
+# -------------------------------------------------------------------------------------------------
+# the memory bound: runaway memory
+
+
+def refused(fn, *args):
+    with pytest.raises(redis.ResponseError) as e:
+        fn(*args)
+    return str(e.value)
+
+
+def constant_of_shape_model():
+    """y = ConstantOfShape(shape): 1 KB that asks for as much memory as its input says."""
+    return make_model([helper.make_node("ConstantOfShape", ["shape"], ["y"])],
+                      [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+
+
+def test_onnx_memory_bomb_fails_and_redis_keeps_its_data(server):
+    c = server.client()
+    c.set("keep", "data")
+    c.execute_command("AI.MODELSTORE", "bomb", "ONNX", "CPU", "BLOB", constant_of_shape_model())
+    # 4e11 bytes: far more than any test machine has, refused by the default bound before it is allocated.
+    set_tensor(c, "shape", np.array([100_000_000_000], dtype=np.int64))
+    err = refused(c.execute_command, "AI.MODELEXECUTE", "bomb", "INPUTS", 1, "shape", "OUTPUTS", 1, "y")
+    assert "memory" in err.lower(), err
+    assert c.get("keep") == b"data"
+    assert c.ping()
+    # The model still serves requests that fit.
+    set_tensor(c, "shape", np.array([4], dtype=np.int64))
+    c.execute_command("AI.MODELEXECUTE", "bomb", "INPUTS", 1, "shape", "OUTPUTS", 1, "y")
+    assert get_tensor(c, "y").tolist() == [0.0] * 4
+    bound = int(server.info("modules")["ai_backend_memory_bound"])
+    assert bound > 0
+
+
+@pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "100", "THREADS_PER_QUEUE", "2", "INLINE_THRESHOLD", "0")
+def test_onnx_refusal_fails_only_the_run_that_was_refused(server):
+    """The bound's refusals are counted for the process: a run that succeeds while another run's allocation is
+    refused must not fail for it (two workers: the bomb and a legitimate model run side by side)."""
+    import threading
+
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "bomb", "ONNX", "CPU", "BLOB", constant_of_shape_model())
+    c.execute_command("AI.MODELSTORE", "mm", "ONNX", "CPU", "BLOB", big_model(n=512)[0])
+    set_tensor(c, "shape", np.array([50_000_000], dtype=np.int64))  # 200 MB > 100 MB
+    set_tensor(c, "x", np.ones((64, 512), dtype=np.float32))
+    stop = threading.Event()
+    bomb_errors = []
+
+    def bomb():
+        b = server.client()
+        while not stop.is_set():
+            bomb_errors.append(refused(b.execute_command, "AI.MODELEXECUTE", "bomb", "INPUTS", 1, "shape",
+                                       "OUTPUTS", 1, "y"))
+
+    t = threading.Thread(target=bomb)
+    t.start()
+    failures = []
+    try:
+        deadline = time.monotonic() + 3
+        runs = 0
+        while time.monotonic() < deadline:
+            runs += 1
+            try:
+                c.execute_command("AI.MODELEXECUTE", "mm", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+            except redis.ResponseError as e:
+                failures.append(str(e))
+    finally:
+        stop.set()
+        t.join()
+    assert bomb_errors and set(bomb_errors) == {"Onnxruntime memory limit exceeded, memory allocation failed."}
+    assert not failures, f"{len(failures)} of {runs} legitimate runs failed: {failures[:3]}"
+    assert c.ping()
+
+
+@pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "100")
+def test_onnx_allocation_past_the_configured_limit_is_refused(server):
+    c = server.client()
+    c.execute_command("AI.MODELSTORE", "bomb", "ONNX", "CPU", "BLOB", constant_of_shape_model())
+    set_tensor(c, "shape", np.array([50_000_000], dtype=np.int64))  # 200 MB > 100 MB
+    err = refused(c.execute_command, "AI.MODELEXECUTE", "bomb", "INPUTS", 1, "shape", "OUTPUTS", 1, "y")
+    assert err == "Onnxruntime memory limit exceeded, memory allocation failed.", err
+    set_tensor(c, "shape", np.array([1000], dtype=np.int64))
+    c.execute_command("AI.MODELEXECUTE", "bomb", "INPUTS", 1, "shape", "OUTPUTS", 1, "y")
+    assert int(server.info("modules")["ai_backend_memory_bound"]) == 100_000_000

@@ -21,11 +21,11 @@ import redis
 from helpers.checks import check_error
 from helpers.data import DATA_DIR
 from helpers.onnx_models import get_tensor, set_tensor
+from helpers.rdb import model_payload
 from helpers.server import REPO_ROOT
 from helpers.tf_graphs import (DT_BOOL, DT_FLOAT, DT_INT32, DT_INT64, DT_STRING, a_bool, a_func, a_funcs, a_shape,
                                a_str, a_strs, a_tensor, a_type, a_types, const_float, const_str, function_def,
                                graph_def, node_def, placeholder)
-from test_dropin import model_payload
 
 TF_CODE = 0  # the TF backend's code in RDB payloads
 

@@ -35,9 +35,9 @@ import numpy as np
 import pytest
 
 from helpers.onnx_models import Request, get_tensor, set_tensor
+from helpers.rdb import model_payload
 from helpers.torch_models import entry, pt_blob, scriptexecute_args
 from helpers.watch import watched_secret
-from test_dropin import model_payload
 
 TORCH = 2  # backend code in RDB payloads
 SECRET = b"redisai-rs torch sandbox: TOP SECRET 4242"

@@ -72,3 +72,12 @@ def wait_for(predicate, timeout=10.0, interval=0.01, what="condition"):
 def wait_replicas(con, n=1):
     """WAIT until `n` replicas acknowledged the writes so far (10 s at most); asserts they did."""
     assert con.execute_command("WAIT", n, 10000) == n
+
+
+def error_text(fn, *args):
+    """str() of the ResponseError that fn(*args) raises (fails if it succeeds)."""
+    try:
+        r = fn(*args)
+    except redis.exceptions.ResponseError as e:
+        return str(e)
+    pytest.fail(f"expected an error, got {r!r}", pytrace=False)

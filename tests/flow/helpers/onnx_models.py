@@ -1,6 +1,7 @@
-"""Helpers of the model / execution flow tests (test_model.py, test_model_persistence.py, test_execution.py,
-...): the ONNX test models of tests/data, models generated at test time with the `onnx` package, tensor and
-INFO helpers, commands sent from threads (Request)."""
+"""Helpers of the model / execution flow tests (test_cmd_model.py, test_persistence_model.py,
+test_exec_concurrency.py, ...): the ONNX test models of tests/data, models generated at test time with the `onnx`
+package, what a recorded ONNX model computes, tensor and INFO helpers (AI.INFO, INFO MODULES, the ONNX sessions
+count), commands sent from threads (Request)."""
 
 import os
 import re
@@ -259,3 +260,62 @@ def loop_model():
                        helper.make_tensor_value_info("x", f, [1])],
                       [helper.make_tensor_value_info("y", f, [1])],
                       [helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+
+
+def recorded_model_function(model_blob):
+    """Work out what a recorded ONNX model computes (with the onnx package) -> (input names, fn)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load_from_string(model_blob)
+    g = m.graph
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    ops = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
+    inputs = [i.name for i in g.input if i.name not in inits]
+    if [o[0] for o in ops] == ["MatMul", "Add"]:
+        (_, (x, w), (xw,)), (_, add_in, (y,)) = ops
+        b_name = [n for n in add_in if n != xw][0]
+        W, Bv = inits[w], inits[b_name]
+        assert [o.name for o in g.output] == [y]
+        return inputs, (lambda feeds: [feeds[x] @ W + Bv]), W.shape[0]
+    if [o[0] for o in ops] == ["Add"]:
+        (_, (p, q), (y,)), = ops
+        return inputs, (lambda feeds: [feeds[p] + feeds[q]]), None
+    raise AssertionError(f"unexpected recorded model graph: {ops}")
+
+
+def sessions(server):
+    """ai_onnxruntime_maximum_run_sessions_number: one ONNX Runtime session per worker of every device queue."""
+    return int(modules_info(server)["ai_onnxruntime_maximum_run_sessions_number"])
+
+
+# RedisAI's five sections in its order, then this module's own (its version and the backend memory bound, the
+# device queues, a line per model and script).
+AI_SECTIONS = ["ai_versions", "ai_git", "ai_load_time_configs", "ai_backends_info", "ai_cpu", "ai_redisai_rs",
+               "ai_queues", "ai_keys"]
+
+
+def check_common_sections(server, threads="1"):
+    """INFO MODULES has RedisAI's sections with RedisAI's fields, then ours (docs/commands.md, "INFO MODULES")."""
+    sections = modules_sections(server)
+    names = [n for n, _ in sections]
+    assert names[-len(AI_SECTIONS):] == AI_SECTIONS, names
+    assert [n for n in names if n.startswith("ai_")] == AI_SECTIONS, names
+    fields = dict(sections)
+    versions = [k for k, _ in fields["ai_versions"]]
+    want = ["ai_RedisAI_version", "ai_low_level_API_version", "ai_rdb_version"]
+    assert [k for k in versions if k in want] == want, versions
+    v = dict(fields["ai_versions"])
+    assert (v["ai_RedisAI_version"], v["ai_low_level_API_version"], v["ai_rdb_version"]) == ("1.2.7", "1", "4")
+    git = dict(fields["ai_git"])
+    assert "ai_git_sha" in git and git["ai_git_sha"]
+    assert fields["ai_load_time_configs"] == [
+        ("ai_threads_per_queue", threads), ("ai_inter_op_parallelism", "0"), ("ai_intra_op_parallelism", "0"),
+        ("ai_model_execution_timeout", "5000"), ("ai_backend_memory_limit", "0")]
+    cpu = fields["ai_cpu"]
+    want_cpu = ["ai_self_used_cpu_sys", "ai_self_used_cpu_user", "ai_children_used_cpu_sys",
+                "ai_children_used_cpu_user", "ai_main_thread_used_cpu_sys", "ai_main_thread_used_cpu_user"]
+    assert [k for k, _ in cpu][:6] == want_cpu
+    for k, val in cpu[:6]:
+        assert FLOAT_FMT.match(val) or val == "N/A", (k, val)
+    return fields

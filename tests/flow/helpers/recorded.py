@@ -1,6 +1,7 @@
 """The DUMP payloads and replies recorded from the original RedisAI (tests/data/redisai-dumps.json, described in
 tests/data/redisai-dumps.md; a copy of the project's compatibility fixtures, so that a clone tests on its own)."""
 import json
+import math
 import os
 
 import pytest
@@ -46,3 +47,30 @@ def recorded_create(case):
 def payload_body(dump):
     """A DUMP payload without its trailer (2-byte RDB version + 8-byte CRC64), which depend on the server."""
     return dump[:-10]
+
+
+def assert_reply(expected, got, where="reply"):
+    """Recorded reply (bulk strings as {"hex": ...}, integers as numbers, arrays as lists, and floats of
+    VALUES replies as JSON floats where the server sends a bulk string) against what the server sent."""
+    if isinstance(expected, dict):
+        assert set(expected) == {"hex"}, f"{where}: unknown recorded form {expected!r}"
+        want = bytes.fromhex(expected["hex"])
+        assert got == want, f"{where}: expected bulk {want!r}, got {got!r}"
+    elif isinstance(expected, bool):
+        raise AssertionError(f"{where}: unexpected boolean in the recording")
+    elif isinstance(expected, int):
+        assert isinstance(got, int) and got == expected, f"{where}: expected integer {expected}, got {got!r}"
+    elif isinstance(expected, float):
+        assert isinstance(got, bytes), f"{where}: expected a double as bulk string, got {got!r}"
+        value = float(got)
+        assert value == expected or math.isclose(value, expected, rel_tol=1e-12, abs_tol=0.0), (
+            f"{where}: expected {expected!r}, got {got!r}")
+    elif isinstance(expected, list):
+        assert isinstance(got, list), f"{where}: expected an array, got {got!r}"
+        assert len(got) == len(expected), f"{where}: expected {len(expected)} elements, got {len(got)}: {got!r}"
+        for i, (e, g) in enumerate(zip(expected, got)):
+            assert_reply(e, g, f"{where}[{i}]")
+    elif expected is None:
+        assert got is None, f"{where}: expected nil, got {got!r}"
+    else:
+        raise AssertionError(f"{where}: unknown recorded value {expected!r}")
