@@ -1,7 +1,11 @@
 """Protocol fuzz (tests/reliability/protocol_fuzz.py, `make protofuzz` for the long run) for PROTOFUZZ_COMMANDS
-(default 5,000) random and malformed AI.* commands: every command gets exactly one well-formed RESP2 reply,
-no reply is an internal error (a caught panic), the log stays clean, and afterwards the server answers and a
-model stored before the fuzz still computes right. PROTOFUZZ_SEED (default fixed) changes the commands."""
+(default 5,000) random and malformed AI.* commands, among them the crafted cases of tests/reliability/crafted.py
+(models of every backend with call cycles, deep nesting, call fan-out and sizes from inputs; scripts whose
+redis.execute changes their own keys; PROTOFUZZ_CRAFTED, default 0.08 of the draws: about 280 cases): every
+command gets exactly one well-formed RESP2 reply, every crafted reply is what its case expects, no reply is an
+internal error (a caught panic), the log stays clean, and afterwards the server answers, the models and the
+script stored before the fuzz still compute right and the sentinel keys keep their bytes. PROTOFUZZ_SEED
+(default fixed) changes the commands; PROTOFUZZ_CRAFTED_EXCLUDE (comma-separated kinds) leaves kinds out."""
 
 import os
 import sys
@@ -15,12 +19,15 @@ from protocol_fuzz import run_fuzz, summary  # noqa: E402
 
 COMMANDS = int(os.environ.get("PROTOFUZZ_COMMANDS", "5000"))
 SEED = int(os.environ.get("PROTOFUZZ_SEED", "20240611"))
+CRAFTED = float(os.environ.get("PROTOFUZZ_CRAFTED", "0.08"))
+CRAFTED_EXCLUDE = [k for k in os.environ.get("PROTOFUZZ_CRAFTED_EXCLUDE", "").split(",") if k]
 CONNECTIONS = 4
 
 
 def test_protocol_fuzz(make_server):
     server = make_server()
-    stats, elapsed, problems = run_fuzz(server, COMMANDS, SEED, connections=CONNECTIONS)
+    stats, elapsed, problems = run_fuzz(server, COMMANDS, SEED, connections=CONNECTIONS, crafted=CRAFTED,
+                                        exclude=CRAFTED_EXCLUDE)
     print("\n" + summary(stats, elapsed, CONNECTIONS))
     assert not problems, f"seed {SEED}:\n" + "\n".join(problems)
     assert stats.sent == COMMANDS

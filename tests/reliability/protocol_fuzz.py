@@ -10,14 +10,25 @@ dtype, odd devices, nested `|>`). What must hold whatever is sent:
     integer syntax, bulk terminators, no CR/LF inside a status or error line, no empty error, no RESP3 types);
     an ECHO marker after each pipelined batch proves the replies stayed in step;
   * no reply says "internal error" (a caught panic) and the log shows no crash or panic;
-  * afterwards the server answers PING and AI.INFO, and a model stored at the start still computes right.
+  * afterwards the server answers PING and AI.INFO, a model of each backend and a script stored at the start
+    still compute right, and tensors (one of 128 KiB, adopted from its BLOB) and a string written at the start
+    keep their bytes.
+
+Between the random commands come crafted cases (crafted.py, `--crafted`, a share of the draws): models of every
+backend with call cycles, deep nesting, call fan-out and sizes taken from inputs, and scripts whose
+redis.execute changes their own keys, each a short sequence of commands with what each reply must be (a
+cycle refused, a legitimate model computing right, ...). A case's commands go in order on one connection, the
+random traffic of the others beside them.
 
 The generator avoids what may legitimately take forever or a lot of memory: tensors that could be allocated
 stay small (so that broadcasting chains stay small too), models with MINBATCHSIZE (which wait forever for a
 batch) go to keys nothing executes, no script loops, and no command outside AI.* except through a script's
-redis.execute from a short harmless list. It never sends FLUSHALL, SHUTDOWN, DEBUG or CONFIG SET.
+redis.execute from a short harmless list. It never sends FLUSHALL, SHUTDOWN, DEBUG or CONFIG SET. (The crafted
+cases below ask for more on purpose, with sizes either small or past any memory bound, and loops short unless
+--slow.)
 
-  protocol_fuzz.py [--port P] [--commands N] [--seed S] [--connections C] [--batch B]
+  protocol_fuzz.py [--port P] [--commands N] [--seed S] [--connections C] [--batch B] [--crafted SHARE]
+                   [--crafted-exclude KIND,...] [--slow]
 
 Without --port it starts its own redis-server with the module (tests/flow/helpers/server.py, the same environment
 variables as the flow tests: REDISAI_MODULE, REDIS_SERVER, REDISAI_ONNX_LIB, REDISAI_TF_LIB,
@@ -44,6 +55,7 @@ from helpers.data import DATA_DIR, weights  # noqa: E402
 from helpers.onnx_models import blob as onnx_blob  # noqa: E402
 from helpers.resp import encode_command  # noqa: E402
 from helpers.torch_models import entry, pt_blob  # noqa: E402
+from crafted import Crafted  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -145,6 +157,19 @@ GOOD_INPUTS = {
     "fz:m:tflsub": [["fz:t:a", "fz:t:b"]], "fz:m:tflint": [["fz:t:i3"]],
 }
 FINAL_MODEL, FINAL_IN, FINAL_OUT = "fz:final:lin", "fz:final:x", "fz:final:y"  # never in the vocabulary
+# more that nothing touches, checked at the end: a model of each other backend and a script, run on A and B;
+# a tensor of 128 KiB (its BLOB adopted), a small one and a string, which must keep their bytes
+FINAL_A, FINAL_B = "fz:final:a", "fz:final:b"
+FINAL_AB = (np.array([[1, 2], [3, 4]], dtype=np.float32), np.array([[5, 6], [7, 8]], dtype=np.float32))
+FINAL_RUNS = {  # key: (backend or SCRIPT, file, TF names, expected outputs from (a, b))
+    "fz:final:tf": ("TF", "tf_mul", (["a", "b"], ["c"]), lambda a, b: [a * b]),
+    "fz:final:pt": ("TORCH", "torch_add", None, lambda a, b: [a + b]),
+    "fz:final:tfl": ("TFLITE", "tflite_sub_mul", None, lambda a, b: [a - b, a * b]),
+    "fz:final:s": ("SCRIPT", "add", None, lambda a, b: [a + b]),
+}
+FINAL_BIG = "fz:final:big"
+FINAL_BIG_DATA = np.random.default_rng(20240611).random(32768, dtype=np.float32)
+FINAL_STR, FINAL_STR_DATA = "fz:final:str", b"sentinel \x00\xff written first"
 
 # --------------------------------------------------------------------------------------------------
 # vocabulary
@@ -241,8 +266,11 @@ def allocation_is_small(argv):
 
 
 class Generator:
-    def __init__(self, rng):
+    def __init__(self, rng, crafted=None, crafted_share=0.0):
         self.rng = rng
+        self.crafted, self.crafted_share = crafted, crafted_share
+        self.pending = collections.deque()  # the commands of the crafted case under way: (argv, case, step)
+        self.last_case = None
         self.tensor_keys = list(TENSORS) + TENSOR_SCRATCH
         self.model_keys = list(MODELS) + MODEL_SCRATCH
         self.script_keys = list(SCRIPTS) + list(OLD_SCRIPTS) + SCRIPT_SCRATCH
@@ -667,6 +695,15 @@ class Generator:
     ]
 
     def command(self):
+        """The next command; `last_family` names its family, `last_case` is (case, step) for a crafted one."""
+        if not self.pending and self.crafted is not None and self.rng.random() < self.crafted_share:
+            case = self.crafted.case()
+            self.pending.extend((argv, case, i) for i, (argv, _, _) in enumerate(case.steps))
+        if self.pending:
+            argv, case, i = self.pending.popleft()
+            self.last_family, self.last_case = f"crafted:{case.kind}", (case, i)
+            return argv
+        self.last_case = None
         names = [n for _, n in self.FAMILIES]
         weights_ = [w for w, _ in self.FAMILIES]
         while True:
@@ -720,13 +757,30 @@ def setup(port):
     ok("RPUSH", "fz:list", "v")
     ok("AI.MODELSTORE", FINAL_MODEL, "ONNX", "CPU", "BLOB", onnx_blob("linear"))
     ok("AI.TENSORSET", FINAL_IN, "FLOAT", 2, 4, "VALUES", *TENSORS["fz:t:x"][2])
+    for key, arr in zip((FINAL_A, FINAL_B), FINAL_AB):
+        ok("AI.TENSORSET", key, "FLOAT", *arr.shape, "BLOB", arr.tobytes())
+    for key, (backend, name, io, _) in FINAL_RUNS.items():
+        try:
+            if backend == "SCRIPT":
+                ok("AI.SCRIPTSTORE", key, "CPU", "ENTRY_POINTS", len(SCRIPT_FUNCS), *SCRIPT_FUNCS, "SOURCE", SCRIPT_SRC)
+            else:
+                words = ["INPUTS", 2, *io[0], "OUTPUTS", 1, *io[1]] if io else []
+                ok("AI.MODELSTORE", key, backend, "CPU", *words, "BLOB", model_file(backend, name))
+        except HarnessError:
+            if backend not in OPTIONAL_BACKENDS:
+                raise
+    ok("AI.TENSORSET", FINAL_BIG, "FLOAT", FINAL_BIG_DATA.size, "BLOB", FINAL_BIG_DATA.tobytes())
+    ok("SET", FINAL_STR, FINAL_STR_DATA)
 
 
 def final_checks(port):
-    """After the fuzz: AI.INFO answers and the model stored first still computes the right thing."""
+    """After the fuzz: AI.INFO answers, the models and the script stored first still compute the right thing,
+    the sentinel tensors and string keep their bytes."""
     problems = []
     info = raw_command(port, "AI.INFO", FINAL_MODEL, timeout=30)
-    if not isinstance(info, list) or len(info) != 18:
+    # RedisAI's 18 elements, then this module's pairs (docs/commands.md, "Observability").
+    if not isinstance(info, list) or len(info) < 18 or info[:18:2] != [b"key", b"type", b"backend", b"device", b"tag",
+                                                                         b"duration", b"samples", b"calls", b"errors"]:
         problems.append(f"AI.INFO {FINAL_MODEL}: {info!r}")
     reply = raw_command(port, "AI.MODELEXECUTE", FINAL_MODEL, "INPUTS", 1, FINAL_IN, "OUTPUTS", 1, FINAL_OUT,
                         timeout=30)
@@ -741,6 +795,36 @@ def final_checks(port):
         right, y = False, f"{got!r} ({e})"
     if not right:
         problems.append(f"{FINAL_MODEL} computed {y}, expected {weights.linear(x)}")
+    for key, (backend, name, _, expected) in FINAL_RUNS.items():
+        want = expected(*FINAL_AB)
+        outs = [f"fz:final:out{i}" for i in range(len(want))]
+        if backend == "SCRIPT":
+            cmd = ["AI.SCRIPTEXECUTE", key, name, "INPUTS", 2, FINAL_A, FINAL_B, "OUTPUTS", len(outs), *outs]
+        elif raw_command(port, "EXISTS", key, timeout=30) == 0 and backend in OPTIONAL_BACKENDS:
+            continue
+        else:
+            cmd = ["AI.MODELEXECUTE", key, "INPUTS", 2, FINAL_A, FINAL_B, "OUTPUTS", len(outs), *outs]
+        reply = raw_command(port, *cmd, timeout=30)
+        if reply != "OK":
+            problems.append(f"{' '.join(map(str, cmd))}: {reply!r}")
+            continue
+        for out, w in zip(outs, want):
+            got = raw_command(port, "AI.TENSORGET", out, "META", "BLOB", timeout=30)
+            try:
+                y = np.frombuffer(got[5], dtype=np.float32).reshape(got[3])
+                right = np.array_equal(y, w)
+            except Exception as e:  # noqa: BLE001
+                right, y = False, f"{got!r} ({e})"
+            if not right:
+                problems.append(f"{key} computed {y} into {out}, expected {w}")
+    for key, data in ((FINAL_A, FINAL_AB[0].tobytes()), (FINAL_B, FINAL_AB[1].tobytes()),
+                      (FINAL_BIG, FINAL_BIG_DATA.tobytes())):
+        got = raw_command(port, "AI.TENSORGET", key, "BLOB", timeout=30)
+        if got != data:
+            problems.append(f"{key}: its {len(data)} bytes changed: {got[:100]!r}...")
+    got = raw_command(port, "GET", FINAL_STR, timeout=30)
+    if got != FINAL_STR_DATA:
+        problems.append(f"{FINAL_STR}: {got!r}, expected {FINAL_STR_DATA!r}")
     return problems
 
 
@@ -763,6 +847,7 @@ class Stats:
         self.kinds = collections.Counter()
         self.errors = collections.Counter()
         self.families = collections.Counter()
+        self.cases = collections.Counter()  # crafted cases done: (kind, what the store / run replied)
         self.sent = 0
         self.problems = {}  # what went wrong -> [count, the first command it happened to]
 
@@ -781,21 +866,31 @@ def short(argv, limit=400):
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def connection_main(port, conn_id, n, seed, batch, stats, stop):
+def in_flight(cases):
+    """The crafted cases among a batch's commands, for a report."""
+    seen = {id(c): c for c in cases if c is not None}
+    return "".join(f"\n    crafted case under way: {c.kind}: {c.desc}" for c in seen.values())
+
+
+def connection_main(port, conn_id, n, seed, batch, stats, stop, crafted):
     """Send n generated commands in pipelined batches on one connection and check every reply."""
-    gen = Generator(random.Random(f"{seed}:{conn_id}"))
+    rng = random.Random(f"{seed}:{conn_id}")
+    share, backends, slow, exclude = crafted
+    gen = Generator(rng, Crafted(rng, f"fz:c{conn_id}:", backends, slow, exclude) if share else None, share)
     kinds, errors, families = collections.Counter(), collections.Counter(), collections.Counter()
+    cases = collections.Counter()
     sent = 0
-    cmds = []
+    cmds, steps = [], []
     try:
         sock = socket.create_connection(("127.0.0.1", port), timeout=REPLY_TIMEOUT)
         reader = StrictReader(sock)
         seq = 0
         while sent < n and not stop.is_set():
-            cmds, fams = [], []
-            for _ in range(min(batch, n - sent)):
+            cmds, fams, steps = [], [], []
+            while len(cmds) < min(batch, n - sent):  # (a crafted case cut off at n is checked as far as it went)
                 cmds.append(gen.command())
                 fams.append(gen.last_family)
+                steps.append(gen.last_case)
             marker = f"fz-mark-{conn_id}-{seq}".encode()
             seq += 1
             sock.sendall(b"".join(encode_command(c) for c in cmds) + encode_command(["ECHO", marker]))
@@ -803,11 +898,20 @@ def connection_main(port, conn_id, n, seed, batch, stats, stop):
                 try:
                     reply = reader.reply()
                 except socket.timeout:
-                    raise ProtocolViolation(f"no reply within {REPLY_TIMEOUT:.0f} s to: {short(c)}") from None
+                    raise ProtocolViolation(f"no reply within {REPLY_TIMEOUT:.0f} s to: {short(c)}"
+                                            f"{in_flight([steps[i] and steps[i][0]])}") from None
                 except (ProtocolViolation, ConnectionError, ValueError) as e:
-                    raise ProtocolViolation(f"{e} (reading the reply to: {short(c)})") from None
+                    raise ProtocolViolation(f"{e} (reading the reply to: {short(c)})"
+                                            f"{in_flight([st and st[0] for st in steps[i:]])}") from None
                 kinds[kind_of(reply)] += 1
                 families[fams[i], kind_of(reply)] += 1
+                if steps[i] is not None:
+                    case, step = steps[i]
+                    problem = case.verify(step, reply)
+                    if problem:
+                        stats.problem(problem, short(c))
+                    if step == len(case.steps) - 1:
+                        cases[case.kind, case.outcome()] += 1
                 for text in errors_in(reply):
                     errors[re.sub(r"\d+", "N", text[:60])] += 1
                     if "internal error" in text or "panic" in text:
@@ -831,17 +935,25 @@ def connection_main(port, conn_id, n, seed, batch, stats, stop):
         stats.kinds.update(kinds)
         stats.errors.update(errors)
         stats.families.update(families)
+        stats.cases.update(cases)
 
 
-def run_fuzz(srv, commands, seed, connections=4, batch=32, verbose=False):
-    """Fuzz the server `srv` (a helpers.server RedisServer or AttachedServer). Returns (stats, elapsed, problems)."""
+def run_fuzz(srv, commands, seed, connections=4, batch=32, verbose=False, crafted=0.05, slow=False, exclude=()):
+    """Fuzz the server `srv` (a helpers.server RedisServer or AttachedServer). Returns (stats, elapsed, problems).
+    `crafted`: the share of draws that start a crafted case (0: none); `slow`: crafted cases may take seconds
+    by design; `exclude`: crafted kinds left out."""
     port = srv.port
     log_mark = srv.log_size()
     config_before = {k: raw_command(port, "AI.CONFIG", "GET", k) for k in ("MODEL_CHUNK_SIZE", "BACKENDSPATH")}
     setup(port)
+    backends = ("ONNX", "TF", "TORCH") + (("TFLITE",) if raw_command(port, "EXISTS", "fz:m:tflsub") else ())
+    unknown = set(exclude) - {k for _, k, _ in Crafted.KINDS}
+    if unknown:
+        raise HarnessError(f"no crafted kinds {sorted(unknown)} (kinds: {[k for _, k, _ in Crafted.KINDS]})")
     stats, stop = Stats(), threading.Event()
     per = [commands // connections + (i < commands % connections) for i in range(connections)]
-    threads = [threading.Thread(target=connection_main, args=(port, i, per[i], seed, batch, stats, stop))
+    threads = [threading.Thread(target=connection_main, args=(port, i, per[i], seed, batch, stats, stop,
+                                                              (crafted, backends, slow, tuple(exclude))))
                for i in range(connections)]
     start = time.monotonic()
     for t in threads:
@@ -852,8 +964,11 @@ def run_fuzz(srv, commands, seed, connections=4, batch=32, verbose=False):
     problems = stats.problem_lines()
     problems += health_problems(srv, since=log_mark)
     if srv.responsive():
-        problems += final_checks(port)
-        cleanup(port, config_before)
+        try:
+            problems += final_checks(port)
+            cleanup(port, config_before)
+        except (OSError, ConnectionError) as e:  # a queue still held by a hung run, say
+            problems.append(f"final checks: {type(e).__name__}: {e}")
     if verbose:
         print("replies by command family:")
         for family in sorted({f for f, _ in stats.families}):
@@ -862,14 +977,22 @@ def run_fuzz(srv, commands, seed, connections=4, batch=32, verbose=False):
         print("most frequent errors:")
         for text, n in stats.errors.most_common(60):
             print(f"  {n:7d}  {text}")
+        print("crafted cases by kind and what the store and the run replied:")
+        for (kind, outcome), n in sorted(stats.cases.items()):
+            print(f"  {n:7d}  {kind}: {outcome}")
     return stats, elapsed, problems
 
 
 def summary(stats, elapsed, connections):
     kinds = ", ".join(f"{k}={v}" for k, v in sorted(stats.kinds.items()))
+    by_kind = collections.Counter()
+    for (kind, _), n in stats.cases.items():
+        by_kind[kind] += n
+    crafted = ", ".join(f"{k}={v}" for k, v in sorted(by_kind.items()))
     return (f"protocol fuzz: {stats.sent} commands on {connections} connections in {elapsed:.1f} s "
             f"({stats.sent / max(elapsed, 1e-9):.0f} commands/s); replies: {sum(stats.kinds.values())} "
-            f"({kinds}); distinct errors (first 60 characters): {len(stats.errors)}")
+            f"({kinds}); distinct errors (first 60 characters): {len(stats.errors)}; "
+            f"crafted cases: {sum(by_kind.values())} ({crafted or 'none'})")
 
 
 def main():
@@ -879,7 +1002,14 @@ def main():
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: random, printed)")
     ap.add_argument("--connections", type=int, default=4, help="pipelining connections (default 4)")
     ap.add_argument("--batch", type=int, default=32, help="commands per pipelined batch (default 32)")
-    ap.add_argument("-v", "--verbose", action="store_true", help="print commands by family and error texts")
+    ap.add_argument("--crafted", type=float, default=0.05,
+                    help="share of draws that start a crafted case (crafted.py; default 0.05, 0: none)")
+    ap.add_argument("--crafted-exclude", default="", metavar="KIND,...", help="crafted kinds to leave out")
+    ap.add_argument("--slow", action="store_true",
+                    help="also crafted cases that take seconds by design (TensorFlow's allocation retries, loops "
+                         "stopped by MODEL_EXECUTION_TIMEOUT)")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="print commands by family, error texts and crafted cases by outcome")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     print(f"protocol fuzz: seed {seed}, {args.commands} commands; {env_summary()}")
@@ -887,7 +1017,9 @@ def main():
     try:
         srv = AttachedServer(args.port) if args.port else start_server("protofuzz")
         print(f"server: {srv.describe()}, log {srv.logfile}")
-        stats, elapsed, problems = run_fuzz(srv, args.commands, seed, args.connections, args.batch, args.verbose)
+        stats, elapsed, problems = run_fuzz(srv, args.commands, seed, args.connections, args.batch, args.verbose,
+                                            args.crafted, args.slow,
+                                            [k for k in args.crafted_exclude.split(",") if k])
     except HarnessError as e:
         print(f"protocol fuzz: cannot run: {e}", file=sys.stderr)
         sys.exit(2)
