@@ -1,5 +1,5 @@
 """Writes the TensorFlow Lite models that allocate as much as a request asks (for the TFLITE memory bound,
-tests/flow/test_tflite.py) and checks them with LiteRT's own Python interpreter. Same environment as
+tests/flow/test_security_tflite.py) and checks them with LiteRT's own Python interpreter. Same environment as
 gen_tflite.py:
 
     python3 -m venv /tmp/lt && /tmp/lt/bin/pip install ai-edge-litert==2.3.0

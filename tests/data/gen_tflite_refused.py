@@ -1,5 +1,5 @@
 """Writes the TensorFlow Lite models that model admission must refuse (src/admission/tflite.rs), for
-tests/flow/test_security_onnx.py and the unit tests. Same environment as gen_tflite.py:
+tests/flow/test_security_tflite.py and the unit tests. Same environment as gen_tflite.py:
 
     python3 -m venv /tmp/lt && /tmp/lt/bin/pip install ai-edge-litert==2.3.0
     /tmp/lt/bin/python tests/data/gen_tflite_refused.py

@@ -58,10 +58,8 @@ from helpers import tf_graphs as tfg  # noqa: E402
 from helpers.onnx_models import blob as onnx_blob  # noqa: E402
 from helpers.resp import RespError  # noqa: E402
 from helpers.torch_models import entry, pt_blob  # noqa: E402
-try:
-    from helpers.rdb import model_payload  # noqa: E402
-except ImportError:  # before the flow tests' reorganisation
-    from test_dropin import model_payload  # noqa: E402
+from helpers.rdb import model_payload  # noqa: E402
+from helpers.tflite_models import _flatbuffer  # noqa: E402
 
 BACKEND_CODE = {"TF": 0, "TFLITE": 1, "TORCH": 2, "ONNX": 3}  # in RDB / DUMP payloads
 TF_CALL_DEPTH, TFLITE_DEPTH, ONNX_DEPTH, TORCH_NESTING = 32, 32, 64, 256  # docs/security.md
@@ -269,58 +267,11 @@ def tf_io(ins, outs):
 
 
 # --------------------------------------------------------------------------------------------------
-# TFLITE flatbuffers (a hand encoder, as tests/flow/test_tflite.py's: tables laid out front to back)
-
-
-def fb_table(fields, out):
-    """Appends a table: `fields` are (field id, kind, value), kind one of u8 i8 i32 u32 str bytes ints table tables."""
-    slots = max((f[0] for f in fields), default=-1) + 1
-    slots += slots % 2
-    vtable = len(out)
-    out += bytes(4 + 2 * slots)
-    pos = len(out)
-    out += struct.pack("<i", pos - vtable)
-    pending = []
-    for fid, kind, value in fields:
-        at = len(out)
-        struct.pack_into("<H", out, vtable + 4 + 2 * fid, at - pos)
-        if kind in ("u8", "i8"):
-            out += struct.pack("<B" if kind == "u8" else "<b", value) + bytes(3)
-        elif kind in ("i32", "u32"):
-            out += struct.pack("<i" if kind == "i32" else "<I", value)
-        else:
-            out += bytes(4)
-            pending.append((at, kind, value))
-    struct.pack_into("<HH", out, vtable, 4 + 2 * slots, len(out) - pos)
-    for at, kind, value in pending:
-        if kind == "table":
-            target = fb_table(value, out)
-        else:
-            if kind == "bytes":  # Buffer.data is force_align 16
-                out += bytes(-(len(out) + 4) % 16)
-            target = len(out)
-            if kind == "str":
-                out += struct.pack("<I", len(value)) + value.encode() + b"\0"
-            elif kind == "bytes":
-                out += struct.pack("<I", len(value)) + value
-            elif kind == "ints":
-                out += struct.pack(f"<I{len(value)}i", len(value), *value)
-            else:  # tables
-                out += struct.pack("<I", len(value))
-                slots_at = len(out)
-                out += bytes(4 * len(value))
-                for i, t in enumerate(value):
-                    struct.pack_into("<I", out, slots_at + 4 * i, fb_table(t, out) - (slots_at + 4 * i))
-            out += bytes(-len(out) % 4)
-        struct.pack_into("<I", out, at, target - at)
-    return pos
+# TFLITE flatbuffers (the flow tests' hand encoder, helpers/tflite_models.py)
 
 
 def flatbuffer(root):
-    out = bytearray(8)
-    out[4:8] = b"TFL3"
-    struct.pack_into("<I", out, 0, fb_table(root, out))
-    return bytes(out)
+    return _flatbuffer(root)
 
 
 TFL_F32, TFL_I32, TFL_BOOL = 0, 2, 6
