@@ -1,6 +1,6 @@
 """Same-run A/B of module builds (or of one build with other load-time arguments) on the workloads whose cost a
 change to the engine or the backends' allocators may show in: the tiny ONNX model at 50 clients (req/s, and its
-ratio to PING), heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us), and RedisAI's TF fraud
+ratio to PING) as MODELEXECUTE and as a LOAD -> MODELEXECUTE -> TENSORGET DAG, heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us), and RedisAI's TF fraud
 graph at 16 clients (req/s). Each variant runs on a server of its own; rounds are interleaved across the variants
 so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints every round and the median.
 
@@ -64,6 +64,7 @@ def define(requests, heavy_runs, torch_runs):
     WORKLOADS.update({
         "PING req/s (50 clients)": (None, rps(("PING",), 50, requests), "req/s"),
         "tiny ONNX req/s (50 clients)": (bench.EXECUTE, rps(bench.EXECUTE, 50, requests), "req/s"),
+        "tiny ONNX DAG req/s (50 clients)": (None, rps(bench.DAG, 50, requests), "req/s"),
         "heavy.onnx 1 row p50 us": (h := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x1", "OUTPUTS", "1", "y"),
                                     single(h, heavy_runs), "us"),
         "heavy.onnx 64 rows p50 us": (h64 := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x64", "OUTPUTS", "1", "y"),

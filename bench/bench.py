@@ -48,7 +48,7 @@ class Server:
         if module:
             args += ["--loadmodule", MODULE] + (["ONNX", ONNX_LIB] if ONNX_LIB else []) + list(extra)
         self.proc = subprocess.Popen(args)
-        for _ in range(500):
+        for _ in range(3000):  # 30 s: a cold start loads TensorFlow's libraries from disk
             if self.cli("PING", check=False) == "PONG":
                 return
             time.sleep(0.01)

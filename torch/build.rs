@@ -15,6 +15,7 @@ fn main() {
         "src/shim.cpp",
         "src/sandbox.cpp",
         "src/sandbox_policy.cpp",
+        "src/sandbox_calls.cpp",
         "src/sandbox_archive.cpp",
         "src/sandbox_scan.cpp",
         "src/sandbox_limits.cpp",
@@ -23,6 +24,7 @@ fn main() {
     for file in sources.iter().chain(&[
         "src/sandbox.h",
         "src/sandbox_policy.h",
+        "src/sandbox_calls.h",
         "src/sandbox_scan.h",
         "src/sandbox_limits.h",
         "src/sandbox_ops.h",

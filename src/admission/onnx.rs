@@ -44,6 +44,13 @@ pub const EXTERNAL_DATA: &str = "Initializer tensors with external data is not a
 /// functions, each calling the next, is flat protobuf that ONNX Runtime expands by recursion.
 pub const MAX_GRAPH_DEPTH: u32 = 64;
 
+/// How many nodes the calls of local functions may bring into the model (or into one function) when each is
+/// expanded in place (each call counted as often as it is made; the model's own nodes do not count). ONNX
+/// Runtime inlines every call, and its time grows with the square of what it inlines: 1.7 KB of functions
+/// each calling the next twice took 1 s at AI.MODELSTORE 13 levels deep (12,000 nodes), 4 s at 14, 15 s at
+/// 15 (bench/expansion.py, 2-core machine), and froze the main thread at RESTORE. The bound admits the first.
+pub const MAX_EXPANDED_NODES: u64 = 1 << 14;
+
 /// The operator domains ONNX Runtime 1.31 registers itself (the domain strings in libonnxruntime.so.1.31.1:
 /// onnxruntime/core/graph/constants.h and ONNX's own), less `org.pytorch.aten` (its ATen op calls into
 /// PyTorch). A node of any other domain needs a custom-op library, unless it calls a model-local function.
@@ -107,6 +114,7 @@ pub fn check(blob: &[u8]) -> Result<(), Rejection> {
             function: Cell::new(None),
             calls: RefCell::default(),
             levels: RefCell::new(vec![1; n]),
+            sizes: RefCell::new(vec![0; n + 1]),
         };
         walker.model(blob)?;
         walker.call_graph()
@@ -181,6 +189,8 @@ struct Walker<'a> {
     calls: RefCell<Vec<(Option<usize>, usize, u32)>>,
     /// The graph levels each function's body uses by itself (its body is 1).
     levels: RefCell<Vec<u32>>,
+    /// The nodes of each function's body (subgraphs included), by function number; the model's last.
+    sizes: RefCell<Vec<u64>>,
 }
 
 impl<'a> Walker<'a> {
@@ -225,6 +235,10 @@ impl<'a> Walker<'a> {
         for (f, &levels) in self.levels.borrow().iter().enumerate() {
             graph.uses(f, levels);
         }
+        let sizes = self.sizes.borrow();
+        for (f, &size) in sizes[..names.len()].iter().enumerate() {
+            graph.weigh(f, size);
+        }
         let calls = self.calls.borrow();
         for &(caller, callee, level) in calls.iter() {
             if let Some(caller) = caller {
@@ -253,7 +267,20 @@ impl<'a> Walker<'a> {
                 return too_deep(format!("the graph calls {}", show_fn(callee)));
             }
         }
-        Ok(())
+        let inlined = graph.inlined(&heights);
+        let whole = calls
+            .iter()
+            .filter(|&&(caller, _, _)| caller.is_none())
+            .fold(0u64, |sum, &(_, callee, _)| sum.saturating_add(graph.call_size(&inlined, callee)));
+        let what = match (0..names.len()).find(|&f| inlined[f] > MAX_EXPANDED_NODES) {
+            Some(f) => show_fn(f),
+            None if whole > MAX_EXPANDED_NODES => "the model".to_string(),
+            None => return Ok(()),
+        };
+        refused(format!(
+            "ONNX model refused: {what} calls local functions that expand to more than {MAX_EXPANDED_NODES} nodes \
+             (the calls fan out)"
+        ))
     }
 
     /// GraphProto: node = 1, initializer = 5, sparse_initializer = 15. `depth` counts graphs from the top.
@@ -286,6 +313,11 @@ impl<'a> Walker<'a> {
             Ok(())
         })?;
         self.op(name, op, domain)?;
+        {
+            let mut sizes = self.sizes.borrow_mut();
+            let model = sizes.len() - 1;
+            sizes[self.function.get().unwrap_or(model)] += 1;
+        }
         if let Some(callee) = self.functions.get(domain, op) {
             self.calls.borrow_mut().push((self.function.get(), callee, depth));
         }
@@ -631,6 +663,40 @@ mod tests {
             .map(|i| if i + 1 < n { calling(&names[i], &[&names[i + 1]]) } else { calling(&names[i], &[]) })
             .collect();
         with_functions(vec![node("c", "F0", "d", &[])], functions)
+    }
+
+    /// F0 calls F1 twice, ..., F(n-1) calls nothing: 2^(n-1) calls in n small functions; the graph calls F0.
+    fn fan_out(n: usize) -> Vec<u8> {
+        let names: Vec<String> = (0..n).map(|i| format!("F{i}")).collect();
+        let functions =
+            (0..n)
+                .map(|i| {
+                    if i + 1 < n {
+                        calling(&names[i], &[&names[i + 1], &names[i + 1]])
+                    } else {
+                        calling(&names[i], &[])
+                    }
+                })
+                .collect();
+        with_functions(vec![node("c", "F0", "d", &[])], functions)
+    }
+
+    #[test]
+    fn call_fan_out_is_bounded() {
+        // F0's calls bring in 2^n - 4 nodes: 16,380 at 14 levels, 32,764 at 15
+        assert_eq!(check(&fan_out(14)), Ok(()));
+        assert_eq!(
+            refusal(&fan_out(15)),
+            "ONNX model refused: function 'F0' of domain 'd' calls local functions that expand to more than 16384 \
+             nodes (the calls fan out)"
+        );
+        assert!(refusal(&fan_out(60)).contains("expand to more than 16384 nodes"));
+        // the model's own calls: 20 calls of a function of 1,000 nodes
+        let big = function("B", "d", &vec![identity(); 1000], &[]);
+        let calls: Vec<Vec<u8>> = (0..20).map(|_| node("c", "B", "d", &[])).collect();
+        assert!(refusal(&with_functions(calls, vec![big])).contains("the model calls local functions"));
+        // a model of many nodes and no calls is not refused for its size
+        assert_eq!(check(&with_functions(vec![identity(); 100_000], vec![])), Ok(()));
     }
 
     #[test]

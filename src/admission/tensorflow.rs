@@ -65,6 +65,14 @@ const MAX_ATTR_DEPTH: u32 = 64;
 /// deep).
 pub const MAX_CALL_DEPTH: u32 = 32;
 
+/// How many nodes the function calls of the graph (or of one function) may bring in when each is expanded in
+/// place (each call counted as often as it is made; the graph's own nodes do not count). TensorFlow
+/// instantiates, infers shapes of and inlines each call: a few KB of functions each calling the next twice
+/// expand to 2^24 calls, minutes at AI.MODELSTORE and on the main thread at RESTORE. Measured by
+/// bench/expansion.py on a 2-core machine: the last fan-out admitted (2^17 calls) stores in 0.6 s.
+/// Graphs written by `tf.function` bring in each function a few times.
+pub const MAX_EXPANDED_NODES: u64 = 1 << 18;
+
 // Field numbers (tensorflow/core/framework/{graph,function,node_def,attr_value,op_def}.proto).
 const GRAPH_NODE: u32 = 1;
 const GRAPH_LIBRARY: u32 = 2;
@@ -152,7 +160,8 @@ pub fn check(blob: &[u8]) -> Result<(), String> {
 
 fn admit(blob: &[u8]) -> Walk {
     let functions = library_functions(blob)?;
-    let checker = Checker { registry: &REGISTRY, functions, calls: RefCell::default() };
+    let sizes = RefCell::new(vec![0; functions.names.len() + 1]);
+    let checker = Checker { registry: &REGISTRY, functions, calls: RefCell::default(), sizes };
     checker.graph(blob)?;
     checker.call_graph()
 }
@@ -262,11 +271,17 @@ enum Use<'a> {
     Gradient,
 }
 
+/// (caller: a function, `None` for the graph; callee).
+type Call<'a> = (Option<&'a [u8]>, &'a [u8]);
+
 struct Checker<'r, 'a> {
     registry: &'r Registry,
     functions: Functions<'a>,
-    /// (caller, callee): every library function a function names, wherever (see `name`), and its gradient.
-    calls: RefCell<Vec<(&'a [u8], &'a [u8])>>,
+    /// (caller, callee): every library function a function (`None`: the graph) names, wherever (see `name`),
+    /// and its gradient; once per time it is named.
+    calls: RefCell<Vec<Call<'a>>>,
+    /// The nodes of each function's body, by function number; the graph's last.
+    sizes: RefCell<Vec<u64>>,
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -326,12 +341,26 @@ impl<'a> Checker<'_, 'a> {
     }
 
     fn node(&self, node: &'a [u8], function: Option<&'a [u8]>) -> Walk {
+        let mut sizes = self.sizes.borrow_mut();
+        let graph = sizes.len() - 1;
+        let at = function.and_then(|f| self.functions.index.get(f).copied()).unwrap_or(graph);
+        sizes[at] += 1;
+        drop(sizes);
         let site = Site { node: Some(last(node, NODE_NAME)?), function };
+        let before = self.calls.borrow().len();
         walk(node, |n, payload| match n {
             NODE_OP => self.name(payload, site, Use::Op),
             NODE_ATTR => self.attr_entry(payload, site, 0),
             _ => Ok(()),
-        })
+        })?;
+        // A node that names a function twice (an If or Case whose branches are one function) instantiates it
+        // once: TensorFlow runs a chain of such Ifs in no time, so they count once for the expansion bound.
+        let mut calls = self.calls.borrow_mut();
+        let mut mine = calls.split_off(before);
+        mine.sort_unstable();
+        mine.dedup();
+        calls.extend(mine);
+        Ok(())
     }
 
     /// One entry of a `map<string, AttrValue>`.
@@ -371,22 +400,45 @@ impl<'a> Checker<'_, 'a> {
 
     /// Records that `function` (`None`: the graph itself) names `name`, if that is a library function.
     fn reaches(&self, function: Option<&'a [u8]>, name: &'a [u8]) {
-        if let Some(caller) = function.filter(|_| self.functions.contains(name)) {
-            self.calls.borrow_mut().push((caller, name));
+        if self.functions.contains(name) {
+            self.calls.borrow_mut().push((function, name));
         }
     }
 
-    /// Refuses a function that reaches itself, or calls nested deeper than `MAX_CALL_DEPTH`.
+    /// Refuses a function that reaches itself, calls nested deeper than `MAX_CALL_DEPTH`, or a graph or function
+    /// that grows past `MAX_EXPANDED_NODES` with its calls expanded.
     fn call_graph(&self) -> Walk {
         let names = &self.functions.names;
+        let sizes = self.sizes.borrow();
         let mut graph = CallGraph::new(names.len());
-        for (caller, callee) in self.calls.borrow().iter() {
-            if let (Some(&a), Some(&b)) = (self.functions.index.get(caller), self.functions.index.get(callee)) {
+        for (f, &size) in sizes[..names.len()].iter().enumerate() {
+            graph.weigh(f, size);
+        }
+        let calls = self.calls.borrow();
+        let index = |name: &[u8]| self.functions.index.get(name).copied();
+        for (caller, callee) in calls.iter() {
+            if let (Some(a), Some(b)) = (caller.and_then(index), index(callee)) {
                 graph.call(a, b, 1);
             }
         }
         let refusal = match graph.heights(MAX_CALL_DEPTH) {
-            Ok(_) => return Ok(()),
+            Ok(heights) => {
+                let inlined = graph.inlined(&heights);
+                let whole = calls
+                    .iter()
+                    .filter(|(caller, _)| caller.is_none())
+                    .filter_map(|(_, callee)| index(callee))
+                    .fold(0u64, |sum, f| sum.saturating_add(graph.call_size(&inlined, f)));
+                let what = match (0..names.len()).find(|&f| inlined[f] > MAX_EXPANDED_NODES) {
+                    Some(f) => format!("function '{}'", show(names[f])),
+                    None if whole > MAX_EXPANDED_NODES => "the graph".to_string(),
+                    None => return Ok(()),
+                };
+                format!(
+                    "TF model refused: {what} calls functions that expand to more than {MAX_EXPANDED_NODES} nodes \
+                     (the calls fan out)"
+                )
+            }
             Err(Refusal::Cycle(path)) => format!(
                 "TF model refused: function '{}' calls itself ({}): recursive functions are not allowed",
                 show(names[path[0]]),
@@ -751,6 +803,59 @@ mod tests {
             .flat_map(|f| bytes(LIBRARY_FUNCTION, f))
             .collect();
         assert_eq!(check(&cat(&[bytes(GRAPH_NODE, &node("c", "g", &[])), bytes(GRAPH_LIBRARY, &lib)])), Ok(()));
+    }
+
+    /// f0 calls f1 twice, ..., f(n-1) is one Mul: 2^(n-1) calls in n small functions; the graph calls f0.
+    fn fan_out(n: usize, how: usize) -> Vec<u8> {
+        let functions: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let next = format!("f{}", i + 1);
+                if i + 1 < n {
+                    function(&format!("f{i}"), &[call(how, &next), call(how, &next)])
+                } else {
+                    function(&format!("f{i}"), &[node("m", "Mul", &[])])
+                }
+            })
+            .collect();
+        graph(&[node("x", "Placeholder", &[]), node("c", "f0", &[])], &functions)
+    }
+
+    #[test]
+    fn call_fan_out_is_bounded() {
+        // f0's calls bring in 3 * 2^(n-1) - 4 nodes: 196,604 at 17 levels, 393,212 at 18
+        for how in [0, 1, 2] {
+            assert_eq!(check(&fan_out(17, how)), Ok(()), "{how}");
+            assert_eq!(
+                refused(&fan_out(18, how)),
+                "TF model refused: function 'f0' calls functions that expand to more than 262144 nodes (the calls \
+                 fan out)",
+                "{how}"
+            );
+        }
+        // an If whose branches are one function instantiates it once: a chain of 32 such Ifs is no fan-out
+        let ifs: Vec<Vec<u8>> = (0..32)
+            .map(|i| {
+                let next = format!("f{}", i + 1);
+                let branch = attr_func(&next, &[]);
+                let body = if i < 31 {
+                    node("n", "If", &[("then_branch", branch.clone()), ("else_branch", branch)])
+                } else {
+                    node("m", "Mul", &[])
+                };
+                function(&format!("f{i}"), &[body])
+            })
+            .collect();
+        assert_eq!(check(&graph(&[node("c", "f0", &[])], &ifs)), Ok(()));
+        // far past the bound: refused at once, the sizes saturate
+        assert!(refused(&fan_out(200, 0)).contains("more than 32 levels deep"));
+        assert!(refused(&fan_out(30, 1)).contains("expand to more than"));
+        // the graph's own calls count too: 300 calls of a function that brings in 1,000 nodes each
+        let big = function("big", &(0..1000).map(|i| node(&format!("m{i}"), "Mul", &[])).collect::<Vec<_>>());
+        let calls: Vec<Vec<u8>> = (0..300).map(|i| node(&format!("c{i}"), "big", &[])).collect();
+        assert!(refused(&graph(&calls, std::slice::from_ref(&big))).contains("the graph calls functions that expand"));
+        // a graph of many nodes and no calls is not refused for its size
+        let plain: Vec<Vec<u8>> = (0..300_000).map(|_| node("m", "Mul", &[])).collect();
+        assert_eq!(check(&graph(&plain, &[])), Ok(()));
     }
 
     #[test]

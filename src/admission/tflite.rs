@@ -61,6 +61,16 @@ const STABLEHLO_CUSTOM_CALL: i32 = 173;
 /// in tests/flow/test_tflite.py runs).
 pub const MAX_SUBGRAPH_DEPTH: u32 = 32;
 
+/// How many ops of other subgraphs the control-flow ops of a subgraph may run in one pass, each callee expanded in
+/// place (both branches of an IF counted, a subgraph an op names twice once, each op counted as often as it
+/// is reached; the subgraph's own ops do not count). LiteRT runs a control-flow op's
+/// subgraph on every pass, and its cancellation check (the kill switch) runs between the ops of the subgraph
+/// being invoked, so a few KB of subgraphs each running the next from two IFs, 24 levels deep, ran 2^24
+/// subgraphs and ignored MODEL_EXECUTION_TIMEOUT for 30 s. Loops (WHILE) repeat at run time, where the
+/// kill switch stops them between iterations; this bounds one pass. Converted models expand to their own size
+/// plus a few branches.
+pub const MAX_EXPANDED_OPS: u64 = 1 << 16;
+
 /// An operator that runs other subgraphs, with where its options keep their indices (schema.fbs).
 struct ControlFlow {
     code: i32,
@@ -176,6 +186,7 @@ fn walk(blob: &[u8]) -> Result<(), Stop> {
             }
         }
         if let Some(operators) = subgraph.vector(field::SUBGRAPH_OPERATORS, 4)? {
+            calls.graph.weigh(g, operators.len as u64);
             for i in 0..operators.len {
                 budget.spend()?;
                 calls.operator(g, i, &operators.table(i)?, &builtin_codes, &mut budget)?;
@@ -205,20 +216,27 @@ impl Calls {
         };
         let options_type = op.scalar::<1>(type_field)?.map_or(0, |b| b[0]);
         let options = if options_type == cf.options_type { op.table(table_field)? } else { None };
+        let mut targets = Vec::new();
         for &id in cf.indices {
             // Absent options or field: 0, as in LiteRT.
             let raw = options.as_ref().map(|o| o.scalar::<4>(id)).transpose()?.flatten().unwrap_or([0; 4]);
             let target =
                 if cf.unsigned { i64::from(u32::from_le_bytes(raw)) } else { i64::from(i32::from_le_bytes(raw)) };
-            self.call(g, i, cf.name, target)?;
+            targets.push(target);
         }
         if let (Some(id), Some(options)) = (cf.index_vector, &options) {
             if let Some(indices) = options.vector(id, 4)? {
                 for k in 0..indices.len {
                     budget.spend()?;
-                    self.call(g, i, cf.name, i64::from(indices.i32(k)?))?;
+                    targets.push(i64::from(indices.i32(k)?));
                 }
             }
+        }
+        // One op runs a subgraph it names twice (an IF whose branches are one subgraph) once per pass.
+        targets.sort_unstable();
+        targets.dedup();
+        for target in targets {
+            self.call(g, i, cf.name, target)?;
         }
         Ok(())
     }
@@ -238,7 +256,16 @@ impl Calls {
 
     fn check(&self) -> Result<(), Stop> {
         let refusal = match self.graph.heights(MAX_SUBGRAPH_DEPTH) {
-            Ok(_) => return Ok(()),
+            Ok(heights) => {
+                let inlined = self.graph.inlined(&heights);
+                match (0..self.graph.len()).find(|&g| inlined[g] > MAX_EXPANDED_OPS) {
+                    None => return Ok(()),
+                    Some(g) => format!(
+                        "TFLITE model refused: the control-flow ops of subgraph {g} run more than \
+                         {MAX_EXPANDED_OPS} ops of other subgraphs in one pass (the calls fan out)"
+                    ),
+                }
+            }
             Err(Refusal::Cycle(path)) => format!(
                 "TFLITE model refused: subgraph {} calls itself through {} (subgraphs {}): recursive control flow is \
                  not allowed",
@@ -728,6 +755,36 @@ mod tests {
             "TFLITE model refused: subgraph 0 nests control flow more than 32 subgraphs deep"
         );
         assert!(check(&nested(3000)).unwrap_err().contains("more than 32 subgraphs deep"));
+    }
+
+    /// Subgraph i runs subgraph i + 1 from two IFs (both branches the same subgraph), `levels` deep, the last an
+    /// ADD: 2^levels runs of it in one pass.
+    fn fan_out(levels: usize) -> Vec<u8> {
+        let subgraphs = (0..=levels)
+            .map(|i| {
+                let next = (i + 1) as i32;
+                if i == levels {
+                    vec![add_op()]
+                } else {
+                    vec![cf_op(IF, &[next, next]), cf_op(IF, &[next, next]), add_op()]
+                }
+            })
+            .collect();
+        cf_model(subgraphs)
+    }
+
+    #[test]
+    fn fan_out_is_bounded() {
+        // subgraph 0's IFs bring in 4 * 2^levels - 6 ops: 65,530 at 14 levels, 131,066 at 15
+        assert_eq!(check(&fan_out(14)), Ok(()));
+        assert_eq!(
+            check(&fan_out(15)).unwrap_err(),
+            "TFLITE model refused: the control-flow ops of subgraph 0 run more than 65536 ops of other subgraphs in \
+             one pass (the calls fan out)"
+        );
+        assert!(check(&fan_out(31)).unwrap_err().contains("(the calls fan out)"));
+        // a subgraph of many ops and no control flow is not refused for its size
+        assert_eq!(check(&cf_model(vec![vec![add_op(); 100_000]])), Ok(()));
     }
 
     #[test]

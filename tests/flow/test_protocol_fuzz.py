@@ -20,11 +20,7 @@ from protocol_fuzz import run_fuzz, summary  # noqa: E402
 COMMANDS = int(os.environ.get("PROTOFUZZ_COMMANDS", "5000"))
 SEED = int(os.environ.get("PROTOFUZZ_SEED", "20240611"))
 CRAFTED = float(os.environ.get("PROTOFUZZ_CRAFTED", "0.08"))
-# Kinds that still hang or crash the server (docs/reliability.md, "Known failures of the structured fuzz": a call
-# chain past libtorch's compile recursion, and fan-outs whose total expansion no bound limits). They stay out of the
-# suite until fixed, and `make protofuzz` runs them: set PROTOFUZZ_CRAFTED_EXCLUDE= (empty) to include them here.
-KNOWN_FAILURES = "torch_chain,torch_fanout,tf_fanout,onnx_fanout,tflite_fanout"
-CRAFTED_EXCLUDE = [k for k in os.environ.get("PROTOFUZZ_CRAFTED_EXCLUDE", KNOWN_FAILURES).split(",") if k]
+CRAFTED_EXCLUDE = [k for k in os.environ.get("PROTOFUZZ_CRAFTED_EXCLUDE", "").split(",") if k]
 CONNECTIONS = 4
 
 

@@ -378,6 +378,50 @@ def test_recursive_local_function_refused(con):
     assert get_tensor(con, "keep").tolist() == list(range(N))
 
 
+def m_fanout(levels):
+    """F0 calls F1 twice (and sums), ..., F(levels-1) is x + x: 2^(levels-1) calls of local functions from a few KB.
+    Once expanded the calls bring in 4 * 2^(levels-1) - 3 nodes: 16,381 at 13 levels, within the bound (16,384),
+    32,765 at 14 (ONNX Runtime took 4 s inlining those, 15 s at 15 levels, minutes at 16)."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local.fn", 1)]
+    fns = [helper.make_function("local.fn", f"F{levels - 1}", ["X"], ["Y"], [helper.make_node("Add", ["X", "X"], ["Y"])],
+                                opsets)]
+    for i in range(levels - 2, -1, -1):
+        fns.append(helper.make_function("local.fn", f"F{i}", ["X"], ["Y"], [
+            helper.make_node(f"F{i + 1}", ["X"], ["A"], domain="local.fn"),
+            helper.make_node(f"F{i + 1}", ["X"], ["B"], domain="local.fn"),
+            helper.make_node("Add", ["A", "B"], ["Y"])], opsets))
+    fvi = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    g = helper.make_graph([helper.make_node("F0", ["x"], ["y"], domain="local.fn")], "g", [fvi("x")], [fvi("y")])
+    m = helper.make_model(g, opset_imports=opsets, functions=fns)
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+FANOUT = ("ONNX model refused: function 'F0' of domain 'local.fn' calls local functions that expand to more than 16384 "
+          "nodes (the calls fan out)")
+
+
+def test_local_function_fanout_bound(con):
+    x = np.array([1.0, -2.5], dtype=np.float32)
+    set_tensor(con, "x", x)
+    assert con.execute_command("AI.MODELSTORE", "ok", "ONNX", "CPU", "BLOB", m_fanout(13)) == b"OK"
+    assert model_execute(con, "ok", ["x"], ["y"]) == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "y"), x * 2 ** 13)
+    check_error(con, FANOUT, "AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", m_fanout(14))
+    t0 = time.monotonic()
+    with pytest.raises(redis.ResponseError, match="calls local functions that expand to more than 16384 nodes"):
+        con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", m_fanout(24))
+    assert time.monotonic() - t0 < 1, "refused before ONNX Runtime expands anything"
+    assert con.exists("m") == 0
+    # RESTORE (and RDB load) keeps it and never builds it: running it replies the refusal
+    restore_evil(con, "rec", lambda: m_fanout(14))
+    check_error(con, FANOUT, "AI.MODELEXECUTE", "rec", "INPUTS", 1, "x", "OUTPUTS", 1, "out")
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    check_error(con, FANOUT, "AI.MODELEXECUTE", "rec", "INPUTS", 1, "x", "OUTPUTS", 1, "out")
+    assert con.exists("out") == 0
+    np.testing.assert_array_equal(get_tensor(con, "x"), x)
+
+
 # -------------------------------------------------------------------------------------------------
 # legitimate models still store and run
 

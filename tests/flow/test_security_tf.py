@@ -371,6 +371,45 @@ def test_call_depth_bound(con):
                                                       "than 32 levels deep", key="m2")
 
 
+def call_fanout(levels):
+    """f0 calls f1 twice, ..., f(levels-1) returns a + a: 2^(levels-1) calls from a few KB. Each level is three
+    nodes (two calls, their sum) and the leaf one, so calls bring in 4 * 2^(levels-1) - 3 nodes once expanded:
+    262,141 at 17 levels, within the bound (262,144); 524,285 at 18."""
+    functions = [function_def(f"f{i}", [("a", DT_FLOAT)], [("b", DT_FLOAT)],
+                              [call_node("c0", "a", f"f{i + 1}"), call_node("c1", "a", f"f{i + 1}"),
+                               node_def("s", "AddV2", ["c0:output:0", "c1:output:0"], [("T", a_type(DT_FLOAT))])],
+                              [("b", "s:z:0")]) for i in range(levels - 1)]
+    functions.append(function_def(f"f{levels - 1}", [("a", DT_FLOAT)], [("b", DT_FLOAT)],
+                                  [node_def("s", "AddV2", ["a", "a"], [("T", a_type(DT_FLOAT))])], [("b", "s:z:0")]))
+    return graph_def([placeholder("x", DT_FLOAT), call_node("y", "x", "f0")], functions)
+
+
+FANOUT = "TF model refused: function 'f0' calls functions that expand to more than 262144 nodes (the calls fan out)"
+
+
+def test_call_fanout_bound(con):
+    """A fan-out at the bound stores and computes; one level more is refused at once (TensorFlow took minutes
+    expanding 2^23 calls, on the main thread at RESTORE); restored, it is kept and running it replies the refusal
+    while Redis answers at once."""
+    x = np.array([1.0, -2.5], dtype=np.float32)
+    set_tensor(con, "x", x)
+    assert con.execute_command("AI.MODELSTORE", "m", "TF", "CPU", *io(["x"], ["y"]), "BLOB", call_fanout(17)) == b"OK"
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 1, "x", "OUTPUTS", 1, "y") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "y"), x * 2 ** 17)
+    big = call_fanout(24)
+    assert len(big) < 8192
+    assert_refused(con, call_fanout(18), ["x"], ["y"], FANOUT, key="m2")
+    with pytest.raises(redis.ResponseError, match="calls functions that expand to more than 262144 nodes"):
+        con.execute_command("AI.MODELSTORE", "m2", "TF", "CPU", *io(["x"], ["y"]), "BLOB", big)
+    assert con.restore("r", 0, model_payload(4, TF_CODE, "CPU", call_fanout(18), inputs=["x"],
+                                              outputs=["y"])) == b"OK"
+    check_error(con, FANOUT, "AI.MODELEXECUTE", "r", "INPUTS", 1, "x", "OUTPUTS", 1, "out")
+    assert con.exists("out") == 0
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"  # RDB load: kept, not built
+    check_error(con, FANOUT, "AI.MODELEXECUTE", "r", "INPUTS", 1, "x", "OUTPUTS", 1, "out")
+    np.testing.assert_array_equal(get_tensor(con, "x"), x)
+
+
 # =================================================================================================
 # other ways in
 

@@ -24,7 +24,7 @@ from helpers.checks import check_error
 from helpers.data import DATA_DIR as DATA
 from helpers.onnx_models import get_tensor, model_execute, set_tensor
 from helpers.rdb import model_payload
-from helpers.tflite_models import ab, tfl_store, while_model
+from helpers.tflite_models import ab, fanout_model, tfl_store, while_model
 
 TFLITE = 1  # the backend code in RDB payloads
 RECURSIVE_WHILE = ("TFLITE model refused: subgraph 0 calls itself through WHILE (subgraphs 0 -> 0): recursive control "
@@ -198,3 +198,26 @@ def test_memory_refusal_fails_only_the_refused_run(server):
     assert not failures, f"{len(failures)} of {runs} legitimate runs failed: {failures[:3]}"
     np.testing.assert_array_equal(get_tensor(c, "p"), a * b)
     assert c.ping()
+
+
+FANOUT = ("TFLITE model refused: the control-flow ops of subgraph 0 run more than 65536 ops of other subgraphs in one "
+          "pass (the calls fan out)")
+
+
+def test_control_flow_fanout_bound(con):
+    """IFs that each run the next subgraph twice: at the bound the model stores and computes in a blink; one level
+    more is refused (24 levels ran 2^24 subgraphs and ignored MODEL_EXECUTION_TIMEOUT for 30 s: LiteRT checks
+    cancellation between the ops of the subgraph it is in); restored, it is kept and never run."""
+    set_tensor(con, "i", np.array([3], dtype=np.int32))
+    assert con.execute_command("AI.MODELSTORE", "ok", "TFLITE", "CPU", "BLOB", fanout_model(14)) == b"OK"
+    t0 = time.monotonic()
+    assert con.execute_command("AI.MODELEXECUTE", "ok", "INPUTS", 1, "i", "OUTPUTS", 1, "o") == b"OK"
+    assert time.monotonic() - t0 < 2
+    assert get_tensor(con, "o").tolist() == [3 * 2 ** 15]
+    for levels in (15, 30):
+        check_error(con, FANOUT, "AI.MODELSTORE", "m", "TFLITE", "CPU", "BLOB", fanout_model(levels))
+    assert con.exists("m") == 0
+    assert con.restore("r", 0, model_payload(4, TFLITE, "CPU", fanout_model(30))) == b"OK"
+    check_error(con, FANOUT, "AI.MODELEXECUTE", "r", "INPUTS", 1, "i", "OUTPUTS", 1, "o2")
+    assert con.exists("o2") == 0
+    assert get_tensor(con, "i").tolist() == [3]

@@ -328,6 +328,84 @@ def test_restored_refused_model_is_kept_and_replies_the_refusal(con, secret):
 
 
 # -------------------------------------------------------------------------------------------------
+# calls: chains (libtorch compiles a callee from inside its caller's compilation, by recursion: ~400 functions
+# overflowed a 2 MB thread and took the server down) and fan-out (the graph executor inlines every call at the
+# first run: 18 levels calling the next twice ran 14 s outside the kill switch)
+
+
+def chain_source(n):
+    """f calls h0, h0 calls h1, ..., h(n-1) adds 1: n + 1 functions deep, defined caller first (so that libtorch
+    compiles each callee from inside its caller's compilation)."""
+    return entry("f", "return h0(tensors[0])") + "".join(
+        f"def h{i}(x: Tensor) -> Tensor:\n    return {f'h{i + 1}(x) + 1' if i < n - 1 else 'x + 1'}\n\n"
+        for i in range(n))
+
+
+def fanout_source(levels):
+    """h0 calls h1 twice, ..., h(levels-1) is x: f returns x * 2^(levels-1)."""
+    return entry("f", "return h0(tensors[0])") + "".join(
+        f"def h{i}(x: Tensor) -> Tensor:\n    return {f'h{i + 1}(x) + h{i + 1}(x)' if i < levels - 1 else 'x'}\n\n"
+        for i in range(levels))
+
+
+def chain_model(n):
+    """torch_add.pt whose forward calls self.h0, ..., self.h(n-1) (methods): n + 1 methods deep."""
+    self_type = "self: __torch__.torch_add"
+    assert self_type in ADD_CODE
+    methods = "".join(f"  def h{i}({self_type},\n    x: Tensor) -> Tensor:\n"
+                      f"    return {f'self.h{i + 1}(x) + 1' if i < n - 1 else 'x + 1'}\n" for i in range(n))
+    code = ADD_CODE.replace(ADD_BODY, "    return self.h0(a)\n") + methods
+    return repack(pt_blob("torch_add"), {"code/__torch__.py": code.encode()})
+
+
+TOO_DEEP = "its calls nest deeper than 64 functions (from '"
+
+
+def test_call_chain_bound(con):
+    x = np.array([1.5, -2.0], dtype=np.float32)
+    set_tensor(con, "x", x)
+    assert con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE", chain_source(63)) == b"OK"
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "f", "INPUTS", 1, "x", "OUTPUTS", 1, "y") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "y"), x + 63)
+    con.delete("s")
+    for n in (64, 3000, 9999):
+        msg = script_refusal(con, chain_source(n))
+        assert msg.startswith("TORCH script refused: " + TOO_DEEP), msg
+    assert script_refusal(con, chain_source(10_001)) == "TORCH script refused: it defines more than 10000 functions"
+    # a model: by AI.MODELSTORE, and by RESTORE (built on the main thread, which a 3,000 chain took down)
+    assert store_model(con, chain_model(63)) == b"OK"
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "x", "x", "OUTPUTS", 1, "y") == b"OK"
+    np.testing.assert_array_equal(get_tensor(con, "y"), x + 63)
+    assert model_refusal(con, chain_model(64), key="m2").startswith("TORCH model refused: " + TOO_DEEP)
+    deep = chain_model(3000)
+    assert model_refusal(con, deep, key="m2").startswith("TORCH model refused: " + TOO_DEEP)
+    assert con.restore("r", 0, model_payload(4, TORCH, "CPU", deep, inputs=["a", "b"], outputs=[""])) == b"OK"
+    msg = refusal(con.execute_command, "AI.MODELEXECUTE", "r", "INPUTS", 2, "x", "x", "OUTPUTS", 1, "y2")
+    assert msg.startswith("TORCH model refused: " + TOO_DEEP), msg
+    assert con.execute_command("DEBUG", "RELOAD") == b"OK"
+    assert con.ping()
+    np.testing.assert_array_equal(get_tensor(con, "x"), x)
+
+
+def test_call_fanout_bound(con):
+    x = np.array([1.5, -2.0], dtype=np.float32)
+    set_tensor(con, "x", x)
+    assert con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE", fanout_source(14)) == b"OK"
+    t0 = time.monotonic()
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "f", "INPUTS", 1, "x", "OUTPUTS", 1, "y") == b"OK"
+    assert time.monotonic() - t0 < 3
+    np.testing.assert_array_equal(get_tensor(con, "y"), x * 2 ** 13)
+    con.delete("s")
+    msg = script_refusal(con, fanout_source(16))
+    assert msg == ("TORCH script refused: function 'h0' calls functions that inline to more than 131072 nodes (the "
+                   "calls fan out)"), msg
+    t0 = time.monotonic()
+    msg = script_refusal(con, fanout_source(24))  # the first function found past the bound is named
+    assert msg.endswith("calls functions that inline to more than 131072 nodes (the calls fan out)"), msg
+    assert time.monotonic() - t0 < 1
+
+
+# -------------------------------------------------------------------------------------------------
 # memory bound
 
 

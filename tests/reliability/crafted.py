@@ -63,6 +63,17 @@ from helpers.tflite_models import _flatbuffer  # noqa: E402
 
 BACKEND_CODE = {"TF": 0, "TFLITE": 1, "TORCH": 2, "ONNX": 3}  # in RDB / DUMP payloads
 TF_CALL_DEPTH, TFLITE_DEPTH, ONNX_DEPTH, TORCH_NESTING = 32, 32, 64, 256  # docs/security.md
+# What calls may bring in once expanded (docs/security.md, "Call expansion"); TORCH: functions deep
+TF_EXPANDED, ONNX_EXPANDED, TFLITE_EXPANDED, TORCH_CALL_DEPTH = 1 << 18, 1 << 14, 1 << 16, 64
+
+
+def brought_in(own, fan, levels, leaf):
+    """What a call of level 0 brings in when each of `levels` levels (`own` nodes each, calling the next `fan`
+    times) is expanded in place down to a leaf of `leaf` nodes: the size of one call, counted as admission does."""
+    size = leaf
+    for _ in range(levels):
+        size = own + fan * size
+    return size
 BIG_FLOATS = 32768  # 128 KiB by BLOB: a tensor that adopts its argument (64 KiB or more)
 
 # --------------------------------------------------------------------------------------------------
@@ -381,6 +392,77 @@ def run(tensors: List[Tensor], keys: List[str], args: List[str]):
 KEY_COMMANDS = ["DEL", "UNLINK", "SET", "RENAME", "EXPIRE", "PEXPIRE", "GET", "TYPE", "EXISTS", "MODEL"]
 
 
+def tf_fanout_graph(d, fan, mech=lambda: "PartitionedCall"):
+    """A GraphDef whose function f<i> calls f<i+1> `fan` times (and sums), d levels: fan^(d-1) calls; y = x * 2 *
+    fan^(d-1). `mech()` picks how each call is made ("direct" or "PartitionedCall")."""
+    functions = []
+    for i in range(d):
+        if i == d - 1:
+            nodes, ret = [node_def("s", "AddV2", ["a", "a"], [("T", a_type(F))])], "s:z:0"
+        else:
+            nodes, outs = [], []
+            for k in range(fan):
+                ns, o = tf_call(f"c{k}", "a", f"f{i + 1}", mech())
+                nodes += ns
+                outs.append(o)
+            nodes.append(node_def("s", "AddN", outs, [("T", a_type(F)), ("N", a_int(fan))]))
+            ret = "s:sum:0"
+        functions.append(tf_function(f"f{i}", nodes, ret))
+    return tf_graph([tfg.placeholder("x", F), tf_call("y", "x", "f0", "PartitionedCall")[0][0]], functions)
+
+
+def tflite_fanout_model(d, fan):
+    """A TFLITE model whose subgraph i runs subgraph i + 1 from `fan` IF ops (their sum), d levels, then a leaf
+    (y = 2x): fan^d runs of the leaf; o = i * 2 * fan^d."""
+    subgraphs = []
+    for i in range(d):
+        tensors = [tfl_tensor("x", TFL_I32, [1]), tfl_tensor("c", TFL_BOOL, [1], buffer=1)]
+        tensors += [tfl_tensor(f"r{k}", TFL_I32, [1]) for k in range(fan)]
+        tensors += [tfl_tensor(f"s{k}", TFL_I32, [1]) for k in range(fan - 1)]
+        table = [(0, "i32", i + 1), (1, "i32", i + 1)]
+        ops = [tfl_op(0, [1, 0], [2 + k], (False, 92, table)) for k in range(fan)]
+        acc = 2
+        for k in range(1, fan):
+            ops.append(tfl_op(1, [acc, 2 + k], [2 + fan + k - 1]))
+            acc = 2 + fan + k - 1
+        subgraphs.append(tfl_subgraph(f"s{i}", tensors, [0], [acc], ops))
+    subgraphs.append(tfl_subgraph("leaf", [tfl_tensor("x", TFL_I32, [1]), tfl_tensor("y", TFL_I32, [1])], [0],
+                                  [1], [tfl_op(1, [0, 0], [1])]))
+    return tfl_model(["IF", "ADD"], subgraphs, [b"\x01"])
+
+
+def onnx_model(nodes, inputs, outputs, functions=(), domains=("local.fn",)):
+    onnx, TensorProto, helper = _onnx()
+    g = helper.make_graph(nodes, "g", inputs, outputs)
+    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in domains]
+    m = helper.make_model(g, opset_imports=opsets, functions=list(functions))
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def onnx_fanout_model(d, fan):
+    """An ONNX model whose local function F<i> calls F<i+1> `fan` times (and sums), d levels: fan^(d-1) calls;
+    y = x * 2 * fan^(d-1)."""
+    onnx, TensorProto, helper = _onnx()
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local.fn", 1)]
+    functions = [helper.make_function("local.fn", f"F{d - 1}", ["X"], ["Y"],
+                                      [helper.make_node("Add", ["X", "X"], ["Y"])], opsets)]
+    for i in range(d - 2, -1, -1):
+        calls = [helper.make_node(f"F{i + 1}", ["X"], [f"r{k}"], domain="local.fn") for k in range(fan)]
+        functions.append(helper.make_function("local.fn", f"F{i}", ["X"], ["Y"],
+                                              calls + [helper.make_node("Sum", [f"r{k}" for k in range(fan)],
+                                                                        ["Y"])], opsets))
+    vi = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"])  # noqa: E731
+    return onnx_model([helper.make_node("F0", ["x"], ["y"], domain="local.fn")], [vi("x")], [vi("y")], functions)
+
+
+def torch_fanout_functions(d, fan=2):
+    """(name, body) of d TorchScript helpers, h<i> calling h<i+1> `fan` times (summed): fan^(d-1) calls;
+    CALL(h0)(x) = x * fan^(d-1)."""
+    return [(f"h{i}", ["return " + " + ".join([f"CALL(h{i + 1})(x)"] * fan) if i < d - 1 else "return x"])
+            for i in range(d)]
+
+
 class Crafted:
     """Draws crafted cases. `prefix`: the keys of this generator (one per fuzz connection, so that cases on
     different connections never share keys); `backends`: those the server has; `slow`: also cases that take
@@ -534,24 +616,15 @@ class Crafted:
         bound."""
         fan = self.rng.choice([2, 2, 3])
         d = self.rng.randint(2, TF_CALL_DEPTH)
-        functions = []
-        for i in range(d):
-            if i == d - 1:
-                nodes, ret = [node_def("s", "AddV2", ["a", "a"], [("T", a_type(F))])], "s:z:0"
-            else:
-                nodes, outs = [], []
-                for k in range(fan):
-                    ns, o = tf_call(f"c{k}", "a", f"f{i + 1}", self.pick(["direct", "PartitionedCall"]))
-                    nodes += ns
-                    outs.append(o)
-                nodes.append(node_def("s", "AddN", outs, [("T", a_type(F)), ("N", a_int(fan))]))
-                ret = "s:sum:0"
-            functions.append(tf_function(f"f{i}", nodes, ret))
-        g = tf_graph([tfg.placeholder("x", F), tf_call("y", "x", "f0", "PartitionedCall")[0][0]], functions)
-        case = Case("tf_fanout", f"{d} levels, each calling the next {fan} times ({fan ** (d - 1)} calls)")
+        g = tf_fanout_graph(d, fan, lambda: self.pick(["direct", "PartitionedCall"]))
+        # the graph calls f0 once; each level is its fan calls and an AddN, the leaf one AddV2
+        size = brought_in(fan + 1, fan, d - 1, 1)
+        case = Case("tf_fanout", f"{d} levels, each calling the next {fan} times ({fan ** (d - 1)} calls, "
+                                 f"{size} nodes)")
         x = np.array([1.0], dtype=np.float32)
         case.add(tensor_cmd(self.key("x"), x))
-        self.store(case, self.key("m2"), "TF", g, (["x"], ["y"]), "any", [self.key("x")], [self.key("y")],
+        expect = "refused" if size > TF_EXPANDED else "ok"
+        self.store(case, self.key("m2"), "TF", g, (["x"], ["y"]), expect, [self.key("x")], [self.key("y")],
                    [tensor_is(x * 2 * fan ** (d - 1))])
         return case
 
@@ -706,25 +779,15 @@ class Crafted:
         model of a few KB, within the depth bound."""
         fan = fan or self.rng.choice([2, 2, 3])
         d = d or self.rng.randint(2, TFLITE_DEPTH - 1)
-        subgraphs = []
-        for i in range(d):
-            tensors = [tfl_tensor("x", TFL_I32, [1]), tfl_tensor("c", TFL_BOOL, [1], buffer=1)]
-            tensors += [tfl_tensor(f"r{k}", TFL_I32, [1]) for k in range(fan)]
-            tensors += [tfl_tensor(f"s{k}", TFL_I32, [1]) for k in range(fan - 1)]
-            table = [(0, "i32", i + 1), (1, "i32", i + 1)]
-            ops = [tfl_op(0, [1, 0], [2 + k], (False, 92, table)) for k in range(fan)]
-            acc = 2
-            for k in range(1, fan):
-                ops.append(tfl_op(1, [acc, 2 + k], [2 + fan + k - 1]))
-                acc = 2 + fan + k - 1
-            subgraphs.append(tfl_subgraph(f"s{i}", tensors, [0], [acc], ops))
-        subgraphs.append(tfl_subgraph("leaf", [tfl_tensor("x", TFL_I32, [1]), tfl_tensor("y", TFL_I32, [1])], [0],
-                                      [1], [tfl_op(1, [0, 0], [1])]))
-        blob = tfl_model(["IF", "ADD"], subgraphs, [b"\x01"])
-        case = Case("tflite_fanout", f"{d} levels, each running the next {fan} times ({fan ** d} runs of the leaf)")
+        blob = tflite_fanout_model(d, fan)
+        # subgraph 0's IFs run subgraph 1 fan times; each level is fan IFs and fan - 1 ADDs, the leaf one ADD
+        size = fan * brought_in(2 * fan - 1, fan, d - 1, 1)
+        case = Case("tflite_fanout", f"{d} levels, each running the next {fan} times ({fan ** d} runs of the leaf, "
+                                     f"{size} ops)")
         x = np.array([1], dtype=np.int32)
         case.add(tensor_cmd(self.key("i"), x))
-        self.store(case, self.key("m13"), "TFLITE", blob, ([], []), "any", [self.key("i")], [self.key("o")],
+        expect = "refused" if size > TFLITE_EXPANDED else "ok"
+        self.store(case, self.key("m13"), "TFLITE", blob, ([], []), expect, [self.key("i")], [self.key("o")],
                    [tensor_is(x * 2 * fan ** d) if 2 * fan ** d < 1 << 31 else None])
         return case
 
@@ -758,12 +821,7 @@ class Crafted:
     # ---- ONNX
 
     def onnx_model(self, nodes, inputs, outputs, functions=(), domains=("local.fn",)):
-        onnx, TensorProto, helper = _onnx()
-        g = helper.make_graph(nodes, "g", inputs, outputs)
-        opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in domains]
-        m = helper.make_model(g, opset_imports=opsets, functions=list(functions))
-        m.ir_version = 8
-        return m.SerializeToString()
+        return onnx_model(nodes, inputs, outputs, functions, domains)
 
     def onnx_cycle(self):
         onnx, TensorProto, helper = _onnx()
@@ -904,24 +962,17 @@ class Crafted:
         return case
 
     def onnx_fanout(self):
-        onnx, TensorProto, helper = _onnx()
         fan = self.rng.choice([2, 2, 3])
         d = self.rng.randint(2, 24)
-        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local.fn", 1)]
-        functions = [helper.make_function("local.fn", f"F{d - 1}", ["X"], ["Y"],
-                                          [helper.make_node("Add", ["X", "X"], ["Y"])], opsets)]
-        for i in range(d - 2, -1, -1):
-            calls = [helper.make_node(f"F{i + 1}", ["X"], [f"r{k}"], domain="local.fn") for k in range(fan)]
-            functions.append(helper.make_function("local.fn", f"F{i}", ["X"], ["Y"],
-                                                  calls + [helper.make_node("Sum", [f"r{k}" for k in range(fan)],
-                                                                            ["Y"])], opsets))
-        vi = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"])  # noqa: E731
-        blob = self.onnx_model([helper.make_node("F0", ["x"], ["y"], domain="local.fn")], [vi("x")], [vi("y")],
-                               functions)
-        case = Case("onnx_fanout", f"{d} levels, each calling the next {fan} times ({fan ** (d - 1)} calls)")
+        blob = onnx_fanout_model(d, fan)
+        # the graph calls F0 once; each level is its fan calls and a Sum, the leaf one Add
+        size = brought_in(fan + 1, fan, d - 1, 1)
+        case = Case("onnx_fanout", f"{d} levels, each calling the next {fan} times ({fan ** (d - 1)} calls, "
+                                   f"{size} nodes)")
         x = np.array([1.0], dtype=np.float32)
         case.add(tensor_cmd(self.key("x"), x))
-        self.store(case, self.key("m9"), "ONNX", blob, (["x"], ["y"]), "any", [self.key("x")], [self.key("y")],
+        expect = "refused" if size > ONNX_EXPANDED else "ok"
+        self.store(case, self.key("m9"), "ONNX", blob, (["x"], ["y"]), expect, [self.key("x")], [self.key("y")],
                    [tensor_is(x * 2 * fan ** (d - 1))])
         return case
 
@@ -1036,17 +1087,20 @@ class Crafted:
         what, code = self.torch_code("chain", ["return CALL(h0)(INPUT)"], functions)
         case = Case("torch_chain", f"call chain {d} deep")
         x = np.array([1.5, -2.0], dtype=np.float32)
-        self.torch_case(case, what, code, x, "ok" if d <= 16 else "any", tensor_is(x + d))
+        # the entry point (forward, f) calls h0: d + 1 functions deep
+        expect = "ok" if d + 1 <= TORCH_CALL_DEPTH else "refused"
+        self.torch_case(case, what, code, x, expect, tensor_is(x + d))
         return case
 
     def torch_fanout(self):
         d = self.rng.randint(2, 24)
-        functions = [(f"h{i}", [f"return CALL(h{i + 1})(x) + CALL(h{i + 1})(x)" if i < d - 1 else "return x"])
-                     for i in range(d)]
-        what, code = self.torch_code("fanout", ["return CALL(h0)(INPUT)"], functions)
+        what, code = self.torch_code("fanout", ["return CALL(h0)(INPUT)"], torch_fanout_functions(d))
         case = Case("torch_fanout", f"{d} levels, each calling the next twice ({2 ** (d - 1)} calls)")
         x = np.array([1.0], dtype=np.float32)
-        self.torch_case(case, what, code, x, "any", tensor_is(x * 2 ** (d - 1)))
+        # TorchScript's own node count per level (constants, the add) is libtorch's: bench/expansion.py found
+        # 15 levels admitted and 16 refused; a margin each side
+        expect = "ok" if d <= 14 else "refused" if d >= 17 else "any"
+        self.torch_case(case, what, code, x, expect, tensor_is(x * 2 ** (d - 1)))
         return case
 
     def torch_nest(self):

@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace rai {
@@ -42,6 +43,17 @@ class RunScope {
   size_t saved_loops_;
   void* saved_handler_;
 };
+
+// The stack of the thread that loads models and compiles scripts: libtorch compiles a chain of calls by
+// recursion, one run of compiler frames per function, and the source may define kMaxFunctions (10,000)
+// functions (sandbox_scan.h). Measured: about 6 KB a level (a chain of 300–400 overflows a 2 MB thread, of
+// 1,000–1,500 an 8 MB one; 20,000 compile in 256 MB); the pages are reserved, and only those a compile
+// touches are ever backed by memory.
+constexpr size_t kCompileStack = size_t{256} << 20;
+
+// Runs `fn` on a new thread with a kCompileStack stack, waits for it, and rethrows what it threw: loads and
+// compiles run there, whichever thread asked (a build thread, Redis's main thread at RESTORE or RDB load).
+void on_compile_stack(const std::function<void()>& fn);
 
 // Warnings dropped (loads and compiles run no model code but libtorch may still warn).
 class QuietScope {

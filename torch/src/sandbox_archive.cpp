@@ -5,6 +5,7 @@
 
 #include "sandbox.h"
 
+#include "sandbox_calls.h"
 #include "sandbox_limits.h"
 #include "sandbox_policy.h"
 #include "sandbox_scan.h"
@@ -180,13 +181,17 @@ void precheck_archive(const char* data, size_t len) {
   };
   // Every code file the importer can reach, before anything parses it: its nesting, then its classes.
   std::vector<c10::QualifiedName> classes;
+  int defs = 0;
   for (const auto& r : records) {
     if (!starts_with(r, "code/") || !ends_with(r, ".py")) continue;
     std::string qualifier = r.substr(5, r.size() - 8);
     std::replace(qualifier.begin(), qualifier.end(), '/', '.');
     auto src = source_of(*reader, qualifier);
     if (!src) continue;  // a path no qualifier maps to: torch::jit::load cannot reach it either
-    check_source_depth(src, /*script=*/false);
+    defs += check_source_depth(src, /*script=*/false);
+    if (defs > kMaxFunctions) {
+      refuse_model("its code defines more than " + std::to_string(kMaxFunctions) + " functions and methods");
+    }
     for (const auto& name : class_names(src)) classes.emplace_back(qualifier, name);
   }
   auto ct = torch::jit::readArchiveAndTensors("constants", "", "", resolver, loader, c10::Device(c10::kCPU), *reader);
@@ -194,13 +199,17 @@ void precheck_archive(const char* data, size_t len) {
   for (const auto& c : ct.toTupleRef().elements()) constants.push_back(c);
   for (const auto& qn : classes) importer.loadType(qn);
   tensors.walk(torch::jit::readArchiveAndTensors("data", "", "", resolver, loader, c10::Device(c10::kCPU), *reader));
-  for (auto* fn : inspect(*cu, /*script=*/false)) {
+  const auto fns = inspect(*cu, /*script=*/false);
+  check_calls(fns, /*script=*/false);  // before torch::jit::load runs __setstate__ (its first run inlines calls)
+  for (auto* fn : fns) {
     if (fn->name() == "__setstate__") check_load_time_code(*fn);
   }
 }
 
 void check_script_source(const std::string& source) {
-  check_source_depth(std::make_shared<torch::jit::Source>(source), /*script=*/true);
+  if (check_source_depth(std::make_shared<torch::jit::Source>(source), /*script=*/true) > kMaxFunctions) {
+    throw Refused("TORCH script refused: it defines more than " + std::to_string(kMaxFunctions) + " functions");
+  }
 }
 
 }  // namespace rai

@@ -11,8 +11,12 @@
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <cstring>
 #include <ctime>
 #include <stdexcept>
@@ -401,6 +405,33 @@ RunScope::~RunScope() {
   if (tl_loops.size() > saved_loops_) tl_loops.resize(saved_loops_);
   tl_run.loops = tl_loops.size();
   c10::WarningUtils::set_warning_handler(static_cast<c10::WarningHandler*>(saved_handler_));
+}
+
+namespace {
+
+void* compile_thread(void* arg) {
+  auto* job = static_cast<std::pair<const std::function<void()>*, std::exception_ptr>*>(arg);
+  try {
+    (*job->first)();
+  } catch (...) {
+    job->second = std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void on_compile_stack(const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) throw std::runtime_error("TORCH: could not start the compile thread");
+  std::pair<const std::function<void()>*, std::exception_ptr> job{&fn, nullptr};
+  pthread_t thread;
+  int rc = pthread_attr_setstacksize(&attr, kCompileStack);
+  if (rc == 0) rc = pthread_create(&thread, &attr, &compile_thread, &job);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("TORCH: could not start the compile thread (" + std::to_string(rc) + ")");
+  pthread_join(thread, nullptr);
+  if (job.second) std::rethrow_exception(job.second);
 }
 
 QuietScope::QuietScope() : saved_handler_(c10::WarningUtils::get_warning_handler()) {

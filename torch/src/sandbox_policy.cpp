@@ -6,6 +6,7 @@
 #include "sandbox_policy.h"
 
 #include "sandbox.h"
+#include "sandbox_calls.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -428,7 +429,9 @@ void instrument(Block* b) {
 }
 
 void admit(const torch::jit::CompilationUnit& cu, bool script) {
-  for (auto* fn : inspect(cu, script)) {
+  const auto fns = inspect(cu, script);
+  check_calls(fns, script);
+  for (auto* fn : fns) {
     if (auto* gf = torch::jit::tryToGraphFunction(*fn)) instrument(gf->graph()->block());
   }
 }

@@ -170,11 +170,11 @@ void scan_pickle(const std::string& record, const uint8_t* p, size_t n) {
 }
 
 // The estimate of sandbox_scan.h (kMaxSourceDepth) kept token by token.
-void check_source_depth(const std::shared_ptr<torch::jit::Source>& src, bool script) {
+int check_source_depth(const std::shared_ptr<torch::jit::Source>& src, bool script) {
   using namespace torch::jit;
   Lexer L(src);
   std::vector<int> chain = {0};
-  int indent = 0, elifs = 0, sum = 0, prev = TK_NEWLINE;
+  int indent = 0, elifs = 0, sum = 0, prev = TK_NEWLINE, defs = 0;
   for (;;) {
     const int k = L.cur().kind;
     if (k == TK_EOF) break;
@@ -185,7 +185,10 @@ void check_source_depth(const std::shared_ptr<torch::jit::Source>& src, bool scr
         break;
       case TK_INDENT: ++indent; break;
       case TK_DEDENT: --indent; break;
-      case TK_DEF: elifs = 0; break;
+      case TK_DEF:
+        elifs = 0;
+        ++defs;
+        break;
       case TK_ELIF: ++elifs; break;
       case '(': case '[': case '{':
         if (prev == TK_IDENT || prev == ')' || prev == ']' || prev == '}' || prev == TK_STRINGLITERAL) {
@@ -219,6 +222,7 @@ void check_source_depth(const std::shared_ptr<torch::jit::Source>& src, bool scr
     prev = k;
     L.next();
   }
+  return defs;
 }
 
 // Names of the classes a code file defines, parsed as SourceImporter does.

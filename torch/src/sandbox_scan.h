@@ -29,8 +29,15 @@ void scan_pickle(const std::string& record, const uint8_t* p, size_t n);
 // 1,000 elifs overflow a 2 MB thread (measured); the limit leaves a wide margin and no real code nears it.
 constexpr int kMaxSourceDepth = 256;
 
+// How many functions and methods (`def`s) a model's code or a script may define. libtorch compiles a callee
+// when its caller's compilation reaches the call, by recursion, so a chain of N functions is N levels of
+// compiler frames (~400 overflowed a 2 MB thread); the shim compiles on a thread whose stack holds this many
+// (kCompileStack). Models define a forward per submodule class: a few hundred to a few thousand.
+constexpr int kMaxFunctions = 10000;
+
 // Refuses source nested deeper than kMaxSourceDepth ("TORCH script refused: ..." or "TORCH model refused: ...").
-void check_source_depth(const std::shared_ptr<torch::jit::Source>& src, bool script);
+// Returns the number of functions and methods it defines (`def`s), for kMaxFunctions.
+int check_source_depth(const std::shared_ptr<torch::jit::Source>& src, bool script);
 
 // Names of the classes a code file defines, parsed as SourceImporter does.
 std::vector<std::string> class_names(const std::shared_ptr<torch::jit::Source>& src);

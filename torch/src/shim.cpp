@@ -262,13 +262,16 @@ void rai_shim_free_array(at::Tensor** a) noexcept { delete[] a; }
 void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, size_t* noutputs,
                            char** err) noexcept {
   try {
-    rai::QuietScope quiet;
-    rai::precheck_archive(data, len);
-    std::istringstream in(std::string(data, len));
-    auto model = std::make_unique<Model>(Model{torch::jit::load(in, device(gpu), /*load_debug_files=*/false), device(gpu)});
-    rai::admit_model(model->module);
+    std::unique_ptr<Model> model;
+    rai::on_compile_stack([&] {
+      rai::QuietScope quiet;
+      rai::precheck_archive(data, len);
+      std::istringstream in(std::string(data, len));
+      model = std::make_unique<Model>(Model{torch::jit::load(in, device(gpu), /*load_debug_files=*/false), device(gpu)});
+      rai::admit_model(model->module);
+      model->module.eval();
+    });
     auto* m = &model->module;
-    m->eval();
     const auto& schema = m->get_method("forward").function().getSchema();
     std::string joined;
     for (size_t i = 1; i < schema.arguments().size(); ++i) {
@@ -335,10 +338,12 @@ void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) 
     // TorchScript's parser wants a final newline, which clients (and `$(...)` in shells) often drop.
     std::string code(src, len);
     if (code.empty() || code.back() != '\n') code += '\n';
-    rai::QuietScope quiet;
-    rai::check_script_source(code);
-    cu->define(std::nullopt, code, std::make_shared<Resolver>(), nullptr);
-    rai::admit_script(*cu);
+    rai::on_compile_stack([&] {
+      rai::QuietScope quiet;
+      rai::check_script_source(code);
+      cu->define(std::nullopt, code, std::make_shared<Resolver>(), nullptr);
+      rai::admit_script(*cu);
+    });
     return new Script{cu, device(gpu)};
   } catch (const c10::Error& e) {
     *err = message(e);

@@ -18,7 +18,7 @@ cxx=${CXX:-c++}
 # As build.rs (cc's release flags, its includes, -std and the ABI define); -isystem keeps libtorch's warnings out.
 flags=(-std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 -O3 -fPIC -g -fno-omit-frame-pointer -Wall
   -isystem "$libtorch/include" -isystem "$libtorch/include/torch/csrc/api/include")
-sources=(torch/src/sandbox_scan.cpp torch/src/sandbox_policy.cpp torch/tests/sandbox_scan_test.cpp)
+sources=(torch/src/sandbox_scan.cpp torch/src/sandbox_policy.cpp torch/src/sandbox_calls.cpp torch/tests/sandbox_scan_test.cpp)
 headers=("$repo"/torch/src/*.h)
 
 stamp=$out/flags

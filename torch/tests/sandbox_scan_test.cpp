@@ -5,10 +5,13 @@
 //
 // Built and run by torch/tests/run-cpp-tests.sh (`make test`). Exits 1 when any check fails, naming each.
 
+#include "../src/sandbox_calls.h"
 #include "../src/sandbox_policy.h"
 #include "../src/sandbox_scan.h"
 
 #include <ATen/core/jit_type.h>
+#include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/csrc/jit/frontend/resolver.h>
 #include <torch/csrc/jit/frontend/source_range.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
@@ -562,11 +565,53 @@ void type_walk_tests() {
   }
 }
 
+// check_calls on compiled TorchScript: depth and inlined size of the call graph.
+void call_graph_tests() {
+  using rai::detail::kMaxCallDepth;
+  // h0 calls h1 ... h(n-1), each `calls` times; f calls h0.
+  auto program = [](int n, int calls) {
+    std::string src;
+    for (int i = n - 1; i >= 0; --i) {
+      src += "def h" + std::to_string(i) + "(x: Tensor) -> Tensor:\n    return ";
+      if (i == n - 1) {
+        src += "x + 1\n";
+        continue;
+      }
+      for (int k = 0; k < calls; ++k) src += (k ? " + h" : "h") + std::to_string(i + 1) + "(x)";
+      src += "\n";
+    }
+    return src + "def f(x: Tensor) -> Tensor:\n    return h0(x)\n";
+  };
+  auto check = [](const std::string& src) {
+    return outcome([&] {
+      auto cu = std::make_shared<torch::jit::CompilationUnit>();
+      cu->define(std::nullopt, src, torch::jit::nativeResolver(), nullptr);
+      rai::detail::check_calls(cu->get_functions(), /*script=*/true);
+    });
+  };
+  const int depth = static_cast<int>(kMaxCallDepth);
+  test("calls: a chain as deep as the bound passes", [&] { return expect_pass(check(program(depth - 1, 1))); });
+  test("calls: a chain one deeper is refused",
+       [&] { return expect_refused(check(program(depth, 1)), "TORCH script refused: its calls nest deeper than 64"); });
+  test("calls: a fan-out of 2^10 inlined calls passes", [&] { return expect_pass(check(program(11, 2))); });
+  test("calls: a fan-out of 2^20 inlined calls is refused",
+       [&] { return expect_refused(check(program(21, 2)), "nodes (the calls fan out)"); });
+  test("calls: a wide fan-out of 5^8 is refused", [&] {
+    return expect_refused(check(program(9, 5)), "nodes (the calls fan out)");
+  });
+  test("source: defs are counted", [] {
+    const int n = rai::detail::check_source_depth(source("def f(x):\n  return x\nclass C:\n  def g(self):\n    pass\n"),
+                                                  /*script=*/true);
+    return n == 2 ? "" : "counted " + std::to_string(n);
+  });
+}
+
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the cases' lines in order with the failure on stderr
   pickle_tests();
   source_tests();
   type_walk_tests();
+  call_graph_tests();
   std::printf("\nsandbox_scan_test: %d cases, %d failed\n", g_cases, g_failed);
   if (g_failed) {
     std::fprintf(stderr, "sandbox_scan_test: FAILED (%d of %d cases)\n", g_failed, g_cases);

@@ -82,7 +82,8 @@ def _flatbuffer(root, identifier=b"TFL3"):
 
 INT32, BOOL = 2, 6  # TensorType
 WHILE, LESS, ADD = 119, 58, 0  # BuiltinOperator
-WHILE_OPTIONS = 93  # BuiltinOptions union type
+WHILE_OPTIONS, IF_OPTIONS = 93, 92  # BuiltinOptions union type
+IF = 118
 
 
 def _tensor(name, ttype, buffer=0):
@@ -107,3 +108,24 @@ def while_model(body=2):
     buffers = [[], [(0, "bytes", struct.pack("<i", 10))], [(0, "bytes", struct.pack("<i", 1))]]
     return _flatbuffer([(0, "u32", 3), (1, "tables", codes), (2, "tables", [main, cond, step]),
                         (3, "str", "redisai-rs while"), (4, "tables", buffers)])
+
+
+def fanout_model(levels):
+    """x: INT32 [1] -> y = x * 2^(levels + 1): subgraph i (i < levels) runs subgraph i + 1 from two IFs (both
+    branches the same, the condition a constant true) and adds their results; subgraph `levels` is y = x + x. A
+    few KB running 2^levels subgraphs a pass: each level is three ops and the leaf one, so the IFs of subgraph 0
+    run 4 * 2^levels - 6 ops of other subgraphs (65,530 at 14 levels)."""
+    subgraphs = []
+    for i in range(levels):
+        tensors = [_tensor("x", INT32), _tensor("c", BOOL, 1), _tensor("r0", INT32), _tensor("r1", INT32),
+                   _tensor("y", INT32)]
+        if_op = lambda out: [(0, "u32", 0), (1, "ints", [1, 0]), (2, "ints", [out]), (3, "u8", IF_OPTIONS),  # noqa
+                             (4, "table", [(0, "i32", i + 1), (1, "i32", i + 1)])]
+        add = [(0, "u32", 1), (1, "ints", [2, 3]), (2, "ints", [4])]
+        subgraphs.append(_subgraph(f"s{i}", tensors, [0], [4], [if_op(2), if_op(3), add]))
+    subgraphs.append(_subgraph("leaf", [_tensor("x", INT32), _tensor("y", INT32)], [0], [1],
+                               [[(0, "u32", 1), (1, "ints", [0, 0]), (2, "ints", [1])]]))
+    codes = [[(0, "i8", min(code, 127)), (2, "i32", 1), (3, "i32", code)] for code in (IF, ADD)]
+    buffers = [[], [(0, "bytes", b"\x01")]]
+    return _flatbuffer([(0, "u32", 3), (1, "tables", codes), (2, "tables", subgraphs),
+                        (3, "str", "redisai-rs fan-out"), (4, "tables", buffers)])
