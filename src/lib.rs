@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod backend_kind;
 pub mod backends;
+pub mod blob;
 pub mod commands;
 pub mod config;
 pub mod device;

@@ -1,5 +1,6 @@
 //! Models: what a store (or an RDB load) declared, plus the backend's loaded handle and the run stats.
 
+use crate::blob::Blob;
 use std::sync::Arc;
 
 use crate::backends::{self, LoadOptions, LoadedModel};
@@ -27,7 +28,7 @@ pub struct ModelSpec {
     /// Input/output names given at store time (TF) or remembered from the backend (RDB).
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
-    pub blob: Arc<[u8]>,
+    pub blob: Blob,
 }
 
 pub struct Model {

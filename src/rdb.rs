@@ -17,6 +17,12 @@ pub trait RdbRead {
         Ok(self.read_unsigned()? as i64)
     }
     fn read_buffer(&mut self) -> Result<Vec<u8>>;
+    /// Appends the next buffer to `out` (the Redis side copies straight from its buffer: a model's chunks are
+    /// hundreds of MB).
+    fn read_buffer_into(&mut self, out: &mut Vec<u8>) -> Result<()> {
+        out.extend_from_slice(&self.read_buffer()?);
+        Ok(())
+    }
 }
 
 pub trait RdbWrite {
@@ -162,7 +168,7 @@ pub fn load_model(r: &mut impl RdbRead, encver: i32) -> Result<ModelSpec> {
         let n_chunks = r.read_unsigned()?;
         let mut blob = Vec::new();
         for _ in 0..n_chunks {
-            blob.extend_from_slice(&r.read_buffer()?);
+            r.read_buffer_into(&mut blob)?;
             if blob.len() as u64 > total {
                 return Err(bad("chunks longer than the declared length".into()));
             }
@@ -390,7 +396,7 @@ mod tests {
             Buffer(b"ab".to_vec()),
         ];
         let m = load_model(&mut MemRdb::new(v1), 1).unwrap();
-        assert_eq!((&*m.blob, m.tag.as_slice(), m.batch.min_timeout_ms), (&b"ab"[..], &b"t"[..], 0));
+        assert_eq!((m.blob.as_slice(), m.tag.as_slice(), m.batch.min_timeout_ms), (&b"ab"[..], &b"t"[..], 0));
         let v0 = vec![
             Unsigned(3),
             Buffer(b"CPU\0".to_vec()),

@@ -17,6 +17,7 @@ pub mod torch;
 #[cfg(feature = "torch")]
 pub mod torch_abi;
 
+use crate::blob::Blob;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -86,7 +87,7 @@ pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedS
 
 /// Admits (crate::admission) and builds a model: every way a model comes in (store, RDB/AOF load, RESTORE,
 /// replication) ends here, so a refused model never reaches a backend.
-pub fn load_model(backend: BackendKind, blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     crate::admission::check(backend, &blob)?;
     match backend {
         #[cfg(feature = "onnx")]

@@ -1,6 +1,7 @@
 //! ONNX Runtime through `ort` with `load-dynamic`: the library is opened at first use, so the module
 //! loads (and serves everything else) without it.
 
+use crate::blob::Blob;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,7 +87,7 @@ fn library_version(path: &str) -> Option<String> {
 }
 
 pub struct OnnxModel {
-    blob: Arc<[u8]>,
+    blob: Blob,
     runtime: Arc<Runtime>,
     intra: usize,
     inter: usize,
@@ -106,7 +107,7 @@ struct Runner {
     inputs: InputCache,
 }
 
-pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let runtime = runtime()?;
     let gpu = match opts.device.kind {
         DeviceKind::Gpu => Some(opts.device.id.unwrap_or(0) as i32),

@@ -1,6 +1,7 @@
 //! TORCH models through `libredisai_torch.so` (crate `torch/`), opened at first use: the module itself never
 //! links libtorch, so it loads fast and without it. The ABI is `torch_abi.rs`.
 
+use crate::blob::Blob;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
@@ -242,7 +243,7 @@ impl Drop for TorchModel {
     }
 }
 
-pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let backend = backend()?;
     let (mut handle, mut err) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut info = abi::ModelInfo { input_names: std::ptr::null_mut(), noutputs: 0 };

@@ -1,5 +1,6 @@
 //! AI.MODELSTORE / MODELSET / MODELGET / MODELEXECUTE / MODELRUN argument parsing (docs/commands.md, AI.MODELSTORE … AI.MODELRUN).
 
+use crate::blob::Blob;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,15 +45,12 @@ fn payload_at(argv: &[&[u8]], first: usize) -> Result<usize> {
 
 /// Concatenates the BLOB chunks into one payload (one copy for the usual single chunk). The command handler
 /// does this on the build thread, so that a big model is not copied on Redis's main thread.
-pub fn concat(chunks: &[&[u8]]) -> Arc<[u8]> {
-    if let [one] = chunks {
-        return Arc::from(*one);
-    }
+pub fn concat(chunks: &[&[u8]]) -> Blob {
     let mut v = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
     for c in chunks {
         v.extend_from_slice(c);
     }
-    v.into()
+    Arc::new(v)
 }
 
 /// AI.MODELSTORE parsed, payload included.
@@ -114,7 +112,7 @@ pub fn parse_modelstore_head(argv: &[&[u8]]) -> Result<(ModelSpec, usize)> {
     if pos + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing model BLOB"));
     }
-    let blob = Arc::from(&[][..]);
+    let blob: Blob = Arc::default();
     Ok((ModelSpec { backend, device, tag, batch, inputs, outputs, blob }, payload_at(argv, pos + 1)?))
 }
 
@@ -190,7 +188,7 @@ pub fn parse_modelset_head(argv: &[&[u8]]) -> Result<(ModelSpec, usize)> {
     if blob_at + 1 >= argv.len() {
         return Err(err("Insufficient arguments, missing model BLOB"));
     }
-    let blob = Arc::from(&[][..]);
+    let blob: Blob = Arc::default();
     Ok((ModelSpec { backend, device, tag, batch, inputs, outputs, blob }, payload_at(argv, blob_at + 1)?))
 }
 
@@ -417,7 +415,7 @@ mod tests {
         assert_eq!(e("AI.MODELSTORE m TF CPU INPUTS 1 a BLOB x"), "ERR OUTPUTS not specified for TF");
         let s = parse_modelstore(&words("AI.MODELSTORE m tf cpu:1 TAG v INPUTS 2 a b OUTPUTS 1 c BLOB xy z")).unwrap();
         assert_eq!(
-            (s.inputs.len(), s.outputs, &*s.blob, s.device.name.as_str()),
+            (s.inputs.len(), s.outputs, s.blob.as_slice(), s.device.name.as_str()),
             (2, vec!["c".to_string()], &b"xyz"[..], "cpu:1")
         );
         let s =

@@ -9,6 +9,7 @@
 //! kept with its data and not built again (its runs reply why), until the operator deletes the line or stores
 //! the model again.
 
+use crate::blob::Blob;
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +36,7 @@ pub fn counts() -> (u64, u64) {
 
 struct Job {
     key: Vec<u8>,
-    blob: Arc<[u8]>,
+    blob: Blob,
     handle: Arc<Handle>,
     build: Box<dyn FnOnce() -> Result<Box<dyn LoadedModel>> + Send>,
 }
@@ -43,7 +44,7 @@ struct Job {
 /// Queues `build` to set `handle` on the builder thread; builds it here if that thread cannot start.
 pub fn submit(
     key: &[u8],
-    blob: Arc<[u8]>,
+    blob: Blob,
     handle: Arc<Handle>,
     build: impl FnOnce() -> Result<Box<dyn LoadedModel>> + Send + 'static,
 ) {
@@ -123,9 +124,20 @@ pub fn built_by_client(blob: &[u8]) {
     journal().lock().forget(id);
 }
 
-/// FNV-1a of the model's bytes: stable across builds of the module, unlike std's hasher.
+/// A 64-bit fingerprint of the model's bytes, stable across builds of the module (unlike std's hasher): FNV-1a's
+/// step over 8-byte words, each followed by a shift-xor so that high bits reach the low ones. Byte-at-a-time
+/// FNV took 1.2 s of CPU for 800 MB of models at RDB load, on the builder thread beside the loading main thread.
 pub fn fingerprint(blob: &[u8]) -> u64 {
-    blob.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    const PRIME: u64 = 0x0100_0000_01b3;
+    let mut words = blob.chunks_exact(8);
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ blob.len() as u64;
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(PRIME);
+        h ^= h >> 29;
+    }
+    words.remainder().iter().fold(h, |h, &b| (h ^ b as u64).wrapping_mul(PRIME))
 }
 
 /// The journal: lines `<fingerprint> <key>` of builds that crashed the process, plus the one running.
@@ -216,6 +228,16 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let mut j = Journal::open(&path);
         assert!(j.crashed.is_empty());
+        // every byte and the length count
+        let base = vec![7u8; 1000];
+        let fp = fingerprint(&base);
+        for i in [0, 7, 8, 500, 999] {
+            let mut other = base.clone();
+            other[i] ^= 1;
+            assert_ne!(fingerprint(&other), fp, "{i}");
+        }
+        assert_ne!(fingerprint(&base[..999]), fp);
+        assert_ne!(fingerprint(&[0u8; 16]), fingerprint(&[0u8; 17]));
         j.begin(fingerprint(b"model a"), b"a\nkey");
         // The process "crashes" here: the line stays.
         let text = std::fs::read_to_string(&path).unwrap();

@@ -28,6 +28,12 @@ impl RdbRead for Io {
     }
 
     fn read_buffer(&mut self) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_buffer_into(&mut out)?;
+        Ok(out)
+    }
+
+    fn read_buffer_into(&mut self, out: &mut Vec<u8>) -> Result<()> {
         let mut len = 0usize;
         // SAFETY: as in `check`; `len` outlives the call.
         let ptr = unsafe { api!(RedisModule_LoadStringBuffer)(self.0, &mut len) };
@@ -37,12 +43,11 @@ impl RdbRead for Io {
         }
         // SAFETY: Redis returned `len` readable bytes at `ptr`, allocated with RedisModule_Alloc; we copy
         // them out and hand the block back to RedisModule_Free exactly once.
-        let out = unsafe {
-            let v = std::slice::from_raw_parts(ptr as *const u8, len).to_vec();
+        unsafe {
+            out.extend_from_slice(std::slice::from_raw_parts(ptr as *const u8, len));
             api!(RedisModule_Free)(ptr.cast());
-            v
-        };
-        Ok(out)
+        }
+        Ok(())
     }
 }
 

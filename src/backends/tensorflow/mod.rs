@@ -3,6 +3,7 @@
 
 mod ffi;
 
+use crate::blob::Blob;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
@@ -186,7 +187,7 @@ fn split_output_name(name: &str) -> (&str, i32) {
     }
 }
 
-pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let api = runtime()?;
     if opts.device.kind == DeviceKind::Gpu {
         return Err(Error::Generic("GPU requested but TF couldn't find CUDA".into()));

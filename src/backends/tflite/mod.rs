@@ -11,6 +11,7 @@ mod alloc;
 mod ffi;
 mod got;
 
+use crate::blob::Blob;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -125,7 +126,7 @@ struct Instance {
     /// LiteRT in its least-tested state, and the rebuild frees what the failed run grew).
     stale: bool,
     /// LiteRT reads the flatbuffer in place: it must outlive the model.
-    _blob: Arc<[u8]>,
+    _blob: Blob,
 }
 
 // SAFETY: an Instance is used by one thread at a time (taken out of the pool by value); LiteRT objects
@@ -160,7 +161,7 @@ struct Port {
 
 pub struct TfLiteModel {
     api: Arc<Api>,
-    blob: Arc<[u8]>,
+    blob: Blob,
     inputs: Vec<Port>,
     outputs: Vec<Port>,
     input_names: Vec<String>,
@@ -168,7 +169,7 @@ pub struct TfLiteModel {
     pool: Pool<Instance>,
 }
 
-pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
+pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let api = runtime()?;
     if opts.device.kind == DeviceKind::Gpu {
         return Err(Error::Generic("GPU requested but TFLITE has no GPU support in this module".into()));
@@ -188,7 +189,7 @@ pub fn load(blob: Arc<[u8]>, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>>
 }
 
 /// An instance holding nothing yet (every pointer null).
-fn empty_instance(api: &Arc<Api>, blob: &Arc<[u8]>) -> Instance {
+fn empty_instance(api: &Arc<Api>, blob: &Blob) -> Instance {
     Instance {
         api: api.clone(),
         env: std::ptr::null_mut(),
@@ -218,7 +219,7 @@ fn bounded<T>(state: &RunState, f: impl FnOnce() -> Result<T>) -> Result<T> {
     result
 }
 
-fn new_instance(api: &Arc<Api>, blob: &Arc<[u8]>) -> Result<Instance> {
+fn new_instance(api: &Arc<Api>, blob: &Blob) -> Result<Instance> {
     let mut inst = empty_instance(api, blob);
     let state = inst.state.clone();
     bounded(&state, || build(&mut inst))?;
