@@ -86,14 +86,14 @@ pub fn inline_threshold(val: &[u8]) -> Option<u64> {
 }
 
 fn arg_error(key: &str, val: &[u8]) -> Error {
-    Error::Generic(format!("error processing argument: {key} {}", String::from_utf8_lossy(val)))
+    Error::parse(format!("error processing argument: {key} {}", String::from_utf8_lossy(val)))
 }
 
 impl Config {
     /// Parses `KEY VAL` pairs. BACKENDSPATH is applied first whatever its position, as in RedisAI.
     pub fn from_args(args: &[&[u8]]) -> Result<Config> {
         if !args.len().is_multiple_of(2) {
-            return Err(Error::Generic("load-time arguments must come in KEY VALUE pairs".into()));
+            return Err(Error::parse("load-time arguments must come in KEY VALUE pairs"));
         }
         let mut c = Config::default();
         for pair in args.chunks_exact(2) {

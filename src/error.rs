@@ -1,5 +1,7 @@
-//! One error type for the whole module. `Display` gives RedisAI's text *without* the `ERR ` prefix;
-//! [`Error::reply_text`] adds the prefix for the errors where RedisAI sent one (most, not all).
+//! One error type for the whole module, a variant per cause (parse, missing key, wrong type, backend, refused,
+//! timeout, memory, permission, ...). `Display` gives RedisAI's text *without* the `ERR ` prefix;
+//! [`Error::reply_text`] adds the prefix for the errors where RedisAI sent one (most, not all): the one place
+//! that decides it. Nothing matches on an error's text.
 
 use thiserror::Error;
 
@@ -58,12 +60,33 @@ pub enum Error {
     /// A persisted payload that cannot be decoded (corrupt file, wrong layout, forward version).
     #[error("corrupt {what} payload: {why}")]
     Rdb { what: &'static str, why: String },
-    /// A message that RedisAI sent verbatim, without `ERR ` (backend messages and a few parser texts).
+    /// A command's (or the module's load-time) arguments are wrong, in RedisAI's words; `prefixed`: RedisAI
+    /// sent it with `ERR ` (most parser texts; a few went out bare).
+    #[error("{text}")]
+    Parse { text: String, prefixed: bool },
+    /// A backend's own failure (ONNX Runtime, TensorFlow, LiteRT, libtorch, a script's result), in its words,
+    /// which RedisAI sent without `ERR `.
     #[error("{0}")]
-    Plain(String),
-    /// A message that RedisAI sent with the `ERR ` prefix.
+    Backend(String),
+    /// A backend library that is not there or cannot load, or a device that cannot be used (a GPU without CUDA,
+    /// a queue that cannot start).
     #[error("{0}")]
-    Generic(String),
+    Unavailable(String),
+    /// What a model produced does not fit the request (its number of outputs or inputs, the batch it returned).
+    #[error("{0}")]
+    Mismatch(String),
+    /// The caller's ACL forbids it; `prefixed` as RedisAI or Redis sent the text (`NOPERM …` alone is Redis's).
+    #[error("{text}")]
+    Permission { text: String, prefixed: bool },
+    /// Redis's own deny-oom refusal: over `maxmemory`.
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    OutOfMemory,
+    /// A model kept with its bytes whose deferred build did not (or will not) happen (DEFERRED_MODEL_BUILD).
+    #[error("{0}")]
+    NotBuilt(String),
+    /// The module's own failure: a caught panic, a run that lost its operation. Never expected.
+    #[error("{0}")]
+    Internal(String),
     /// A run or load stopped by a bound the module enforces (the backend memory bound, a sandbox refusal), in
     /// the words RedisAI or the backend used; `prefixed`: sent with `ERR ` (as admission refusals are). Kept
     /// apart from other failures for AI.INFO's `errors_refused`.
@@ -92,10 +115,23 @@ impl Error {
     /// Whether the reply puts `ERR ` in front of the text: the one place that decides it.
     fn prefixed(&self) -> bool {
         match self {
-            Error::WrongType | Error::Plain(_) | Error::NonTensorResult(_) => false,
-            Error::Refused { prefixed, .. } | Error::TimedOut { prefixed, .. } => *prefixed,
+            Error::WrongType | Error::Backend(_) | Error::OutOfMemory | Error::NonTensorResult(_) => false,
+            Error::Parse { prefixed, .. }
+            | Error::Permission { prefixed, .. }
+            | Error::Refused { prefixed, .. }
+            | Error::TimedOut { prefixed, .. } => *prefixed,
             _ => true,
         }
+    }
+
+    /// A parse error RedisAI sent with `ERR `.
+    pub fn parse(text: impl Into<String>) -> Self {
+        Error::Parse { text: text.into(), prefixed: true }
+    }
+
+    /// A parse error RedisAI sent bare.
+    pub fn parse_verbatim(text: impl Into<String>) -> Self {
+        Error::Parse { text: text.into(), prefixed: false }
     }
 
     /// A refusal sent as RedisAI sent backend texts, without `ERR `.
@@ -124,9 +160,13 @@ mod tests {
         assert_eq!(Error::InvalidValue.reply_text(), "ERR invalid value");
         assert_eq!(Error::WrongType.reply_text(), "WRONGTYPE Operation against a key holding the wrong kind of value");
         assert_eq!(
-            Error::Plain("Unsupported command within DAG".into()).reply_text(),
+            Error::parse_verbatim("Unsupported command within DAG").reply_text(),
             "Unsupported command within DAG"
         );
+        assert_eq!(Error::parse("Invalid DEVICE").reply_text(), "ERR Invalid DEVICE");
+        assert_eq!(Error::Backend("Input dimension mismatch".into()).reply_text(), "Input dimension mismatch");
+        assert_eq!(Error::OutOfMemory.reply_text(), "OOM command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(Error::Internal("lost".into()).reply_text(), "ERR lost");
         assert_eq!(
             Error::WrongArity("AI.TENSORGET").reply_text(),
             "ERR wrong number of arguments for 'AI.TENSORGET' command"

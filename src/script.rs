@@ -46,7 +46,7 @@ pub struct Script {
 }
 
 fn parse_device(name: &str) -> Result<Device> {
-    Device::parse(name.as_bytes()).map_err(|_| Error::Generic("Error configuring script: unsupported device".into()))
+    Device::parse(name.as_bytes()).map_err(|_| Error::parse("Error configuring script: unsupported device"))
 }
 
 impl Script {

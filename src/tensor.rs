@@ -319,8 +319,8 @@ impl Tensor {
 
     /// Joins tensors along dimension 0 (auto-batching). All must share the dtype and the other dimensions.
     pub fn concat(parts: &[&Tensor]) -> Result<Tensor> {
-        let first = parts.first().ok_or_else(|| Error::Generic("Nothing to run".into()))?;
-        let mismatch = || Error::Generic("cannot batch tensors of different types or shapes".into());
+        let first = parts.first().ok_or_else(|| Error::Internal("Nothing to run".into()))?;
+        let mismatch = || Error::Mismatch("cannot batch tensors of different types or shapes".into());
         if first.shape().is_empty()
             || parts.iter().any(|t| t.dtype != first.dtype || t.shape().get(1..) != first.shape().get(1..))
         {
@@ -342,7 +342,7 @@ impl Tensor {
     pub fn slice_dim0(&self, start: usize, rows: usize) -> Result<Tensor> {
         let total = self.dim0().max(0) as usize;
         if self.shape().is_empty() || start + rows > total {
-            return Err(Error::Generic("Model did not generate the expected batch size".into()));
+            return Err(Error::Mismatch("Model did not generate the expected batch size".into()));
         }
         let mut shape = self.shape().to_vec();
         shape[0] = rows as i64;

@@ -81,7 +81,7 @@ pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedS
     #[cfg(not(feature = "torch"))]
     {
         let _ = (spec, device);
-        Err(Error::Generic("Could not load backend TORCH: not built into this module".into()))
+        Err(Error::Unavailable("Could not load backend TORCH: not built into this module".into()))
     }
 }
 
@@ -102,7 +102,7 @@ pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Resul
         #[allow(unreachable_patterns)]
         other => {
             let _ = (blob, opts);
-            Err(Error::Generic(format!("Could not load backend {}: not built into this module", other.name())))
+            Err(Error::Unavailable(format!("Could not load backend {}: not built into this module", other.name())))
         }
     }
 }
@@ -143,7 +143,7 @@ pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
         #[allow(unreachable_patterns)]
         _ => {
             let _ = path;
-            Err(Error::Generic("error loading backend".into()))
+            Err(Error::Unavailable("error loading backend".into()))
         }
     }
 }
@@ -153,7 +153,7 @@ pub fn check_input_count(expected: usize, got: usize) -> Result<()> {
     if expected == got {
         Ok(())
     } else {
-        Err(Error::Generic(format!("Expected {expected} inputs but got {got}")))
+        Err(Error::Mismatch(format!("Expected {expected} inputs but got {got}")))
     }
 }
 
@@ -212,7 +212,7 @@ impl<T> LibrarySlot<T> {
             return Ok(lib.clone());
         }
         let path = given_path(self.backend).or_else(|| layout_path(self.backend)).or(default).ok_or_else(|| {
-            Error::Generic(format!(
+            Error::Unavailable(format!(
                 "Could not load backend {0}: no library path (load-time argument {0} <path>)",
                 self.backend
             ))
@@ -225,7 +225,7 @@ impl<T> LibrarySlot<T> {
     /// `AI.CONFIG LOADBACKEND <backend> <path>`: RedisAI's error if one is loaded already or it fails.
     pub fn load(&self, path: &str, open: impl FnOnce(&str) -> Result<T>) -> Result<()> {
         let mut slot = self.slot.lock();
-        let fail = || Error::Generic("error loading backend".into());
+        let fail = || Error::Unavailable("error loading backend".into());
         if slot.is_some() {
             return Err(fail());
         }

@@ -32,7 +32,7 @@ struct Runtime {
 static RUNTIME: LibrarySlot<Runtime> = LibrarySlot::new("ONNX");
 
 fn open(path: &str) -> Result<Runtime> {
-    let fail = |why: String| Error::Generic(format!("Could not load backend ONNX from {path}: {why}"));
+    let fail = |why: String| Error::Unavailable(format!("Could not load backend ONNX from {path}: {why}"));
     let env = ort::init_from(path)
         .map_err(|e| fail(e.to_string()))?
         .with_name("redisai")
@@ -153,7 +153,7 @@ impl OnnxModel {
             let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
             b = b
                 .with_execution_providers([cuda])
-                .map_err(|_| Error::Generic("GPU requested but ONNX couldn't find CUDA".into()))?;
+                .map_err(|_| Error::Unavailable("GPU requested but ONNX couldn't find CUDA".into()))?;
         }
         let before = onnx_alloc::overruns();
         let session = b.commit_from_memory(&self.blob);
@@ -352,7 +352,7 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
     let ty = match v.dtype() {
         ValueType::Tensor { ty, .. } => *ty,
         ValueType::Sequence(inner) if matches!(**inner, ValueType::Map { .. }) => return probabilities(v),
-        _ => return Err(Error::Plain("ONNX model returned a non-tensor output".into())),
+        _ => return Err(Error::Backend("ONNX model returned a non-tensor output".into())),
     };
     macro_rules! prim {
         ($ty:ty, $dt:expr) => {{
@@ -388,7 +388,7 @@ fn from_value(v: &DynValue) -> Result<Tensor> {
             }
             Tensor::from_blob(DataType::String, &shape[..], &bytes)
         }
-        other => Err(Error::Plain(format!("ONNX model returned a tensor of unsupported type {other:?}"))),
+        other => Err(Error::Backend(format!("ONNX model returned a tensor of unsupported type {other:?}"))),
     }
 }
 
@@ -401,7 +401,7 @@ fn probabilities(v: &DynValue) -> Result<Tensor> {
     let mut data = Vec::new();
     for m in &maps {
         let ValueType::Map { key, value } = m.dtype() else {
-            return Err(Error::Plain("ONNX model returned a non-tensor output".into()));
+            return Err(Error::Backend("ONNX model returned a non-tensor output".into()));
         };
         let row: Vec<(String, f32)> = match (key, value) {
             (TensorElementType::Int64, TensorElementType::Float32) => m
@@ -414,7 +414,7 @@ fn probabilities(v: &DynValue) -> Result<Tensor> {
                 m.try_extract_key_values::<String, f32>().map_err(backend_err)?
             }
             _ => {
-                return Err(Error::Plain(format!(
+                return Err(Error::Backend(format!(
                     "ONNX model returned a map of {key} to {value}; only maps to float probabilities are supported"
                 )))
             }
@@ -422,7 +422,7 @@ fn probabilities(v: &DynValue) -> Result<Tensor> {
         let keys: Vec<String> = row.iter().map(|(k, _)| k.clone()).collect();
         match &classes {
             Some(c) if *c != keys => {
-                return Err(Error::Plain("ONNX model returned probability maps with different classes".into()))
+                return Err(Error::Backend("ONNX model returned probability maps with different classes".into()))
             }
             Some(_) => {}
             None => classes = Some(keys),

@@ -241,7 +241,7 @@ fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
     let dt = DataType::ALL
         .into_iter()
         .find(|&dt| onnx_type(dt) == Some(ty))
-        .ok_or_else(|| Error::Plain(format!("ONNX model returned a tensor of unsupported type {}", ty as i32)))?;
+        .ok_or_else(|| Error::Backend(format!("ONNX model returned a tensor of unsupported type {}", ty as i32)))?;
     let n = crate::tensor::element_count(dt, &shape)?;
     let mut data: *mut c_void = ptr::null_mut();
     // SAFETY: `v` is a live tensor value of `n` elements of `dt`; its data stays valid until the value is
@@ -259,7 +259,7 @@ fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
 }
 
 pub(super) fn backend_err(e: impl std::fmt::Display) -> Error {
-    Error::Plain(redisai_wording(&e.to_string()))
+    Error::Backend(redisai_wording(&e.to_string()))
 }
 
 /// ONNX Runtime's messages in the wording RedisAI's runtime (1.11) used, where a newer runtime reworded them:

@@ -43,7 +43,7 @@ pub fn set_host(host: abi::HostApi) {
 }
 
 fn open(path: &str) -> Result<Backend> {
-    let fail = |why: String| Error::Generic(format!("Could not load backend TORCH from {path}: {why}"));
+    let fail = |why: String| Error::Unavailable(format!("Could not load backend TORCH from {path}: {why}"));
     // SAFETY: the library is our own backend, built from `torch/` against the same `torch_abi.rs`; each
     // symbol is read with the signature that file declares, and the ABI version is checked first.
     unsafe {
@@ -127,26 +127,31 @@ fn timeout_ms() -> u64 {
 }
 
 impl Backend {
-    /// Takes a message the backend allocated. Refusals of the sandbox carry `ERR ` as every model admission
-    /// refusal does (crate::admission); other backend messages go out as libtorch wrote them.
-    fn message(&self, p: *mut c_char) -> Error {
+    /// The error a call returned `code` for (its kind, `torch_abi.rs`) with the message the backend allocated.
+    /// Refusals of the sandbox carry `ERR ` as every model admission refusal does (crate::admission), and so does
+    /// a missing GPU (the other backends' words); other backend messages go out as libtorch wrote them.
+    fn error(&self, code: i32, p: *mut c_char) -> Error {
+        let text = if p.is_null() { "unknown TORCH backend error".to_string() } else { self.take_string(p) };
+        match code {
+            abi::REFUSED => Error::Refused { text, prefixed: true },
+            abi::TIMED_OUT => Error::TimedOut { text, prefixed: false },
+            abi::OVER_MEMORY => Error::Refused { text, prefixed: false },
+            abi::SCRIPT_NON_TENSOR => Error::NonTensorResult(text),
+            abi::NO_GPU => Error::Unavailable(text),
+            _ => Error::Backend(text),
+        }
+    }
+
+    /// Takes a string the backend allocated ("" for null).
+    fn take_string(&self, p: *mut c_char) -> String {
         if p.is_null() {
-            return Error::Plain("unknown TORCH backend error".into());
+            return String::new();
         }
         // SAFETY: p is a NUL-terminated string from the backend, read before it is handed back.
         let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
         // SAFETY: p came from this backend and is freed once, here.
         unsafe { (self.free_string)(p) };
-        // Our own refusals, and the GPU error in the words (and with the `ERR `) of the other backends'.
-        if s.starts_with("TORCH model refused:") || s.starts_with("TORCH script refused:") {
-            Error::Refused { text: s, prefixed: true }
-        } else if s.starts_with("TORCH: the run was cancelled after MODEL_EXECUTION_TIMEOUT") {
-            Error::TimedOut { text: s, prefixed: false }
-        } else if s.starts_with("GPU") {
-            Error::Generic(s)
-        } else {
-            Error::Plain(s)
-        }
+        s
     }
 
     /// Runs `call` (which fills outputs or an error) and copies the outputs into module tensors.
@@ -157,11 +162,7 @@ impl Backend {
         let (mut outs, mut n, mut err) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
         match call(&mut outs, &mut n, &mut err) {
             0 => {}
-            abi::SCRIPT_NON_TENSOR => {
-                let text = self.message(err).to_string();
-                return Err(Error::NonTensorResult(text));
-            }
-            _ => return Err(self.message(err)),
+            code => return Err(self.error(code, err)),
         }
         let _copying = crate::exec::copy_clock::copying();
         // SAFETY: on success the backend returned `n` tensors at `outs`, each describing its own
@@ -173,7 +174,7 @@ impl Backend {
                 .map(|t| {
                     let dtype = *DataType::ALL
                         .get(t.dtype as usize)
-                        .ok_or_else(|| Error::Plain("bad dtype from TORCH".into()))?;
+                        .ok_or_else(|| Error::Backend("bad dtype from TORCH".into()))?;
                     let shape = if t.ndim == 0 {
                         Vec::new()
                     } else {
@@ -192,7 +193,7 @@ impl Backend {
         if rc == 0 {
             Ok(())
         } else {
-            Err(self.message(err))
+            Err(self.error(rc, err))
         }
     }
 }
@@ -251,7 +252,7 @@ pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let rc =
         unsafe { (backend.model_load)(blob.as_ptr(), blob.len(), gpu_index(opts), &mut handle, &mut info, &mut err) };
     backend.error_from(rc, err)?;
-    let names = if info.input_names.is_null() { String::new() } else { backend.message(info.input_names).to_string() };
+    let names = backend.take_string(info.input_names);
     let inputs: Vec<String> =
         if names.is_empty() { Vec::new() } else { names.split('\n').map(str::to_string).collect() };
     let outputs = vec![String::new(); info.noutputs];

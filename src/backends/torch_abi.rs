@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
 /// 4: runs take MODEL_EXECUTION_TIMEOUT; configure takes the memory bound and can fail; `rai_torch_memory`.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
 #[repr(C)]
@@ -87,8 +87,8 @@ pub struct StrView {
 pub const CALL_ENTRY_POINT: i32 = 0; // def f(tensors: List[Tensor], keys: List[str], args: List[str])
 pub const CALL_POSITIONAL: i32 = 1; // AI.SCRIPTSET scripts: tensor arguments, optionally a trailing List[Tensor]
 
-/// Every function returns 0 on success; on failure it stores a message in `*err`
-/// (freed with `rai_torch_free_string`).
+/// Every function returns 0 on success; on failure one of the codes above (`FAILED`, `REFUSED`, ...) and a
+/// message in `*err` (freed with `rai_torch_free_string`).
 pub type AbiVersionFn = unsafe extern "C" fn() -> u32;
 pub type VersionFn = unsafe extern "C" fn() -> *mut c_char;
 /// What a loaded model declares: forward()'s argument names (joined by '\n': TorchScript names are identifiers;
@@ -123,8 +123,19 @@ pub type FreeFn = unsafe extern "C" fn(ptr: *mut c_void);
 pub type ScriptCompileFn =
     unsafe extern "C" fn(src: *const u8, len: usize, gpu: i32, script: *mut *mut c_void, err: *mut *mut c_char) -> i32;
 pub type ScriptCheckEntryFn = unsafe extern "C" fn(script: *mut c_void, name: StrView, err: *mut *mut c_char) -> i32;
+/// What a failed call returns: its kind, with its text in `err`, so that the module never reads the text to tell
+/// them apart (torch/src/sandbox.h keeps the C++ side's copies of 1, 3, 4 and 5).
+pub const FAILED: i32 = 1;
 /// `ScriptRunFn`'s return value when the function's result holds no tensors.
 pub const SCRIPT_NON_TENSOR: i32 = 2;
+/// The sandbox refused the model or script ("TORCH model refused: …", sent with `ERR` like every admission refusal).
+pub const REFUSED: i32 = 3;
+/// The run passed MODEL_EXECUTION_TIMEOUT (the kill switch).
+pub const TIMED_OUT: i32 = 4;
+/// The run or load passed the backend memory bound (RedisAI's text, as ONNX's).
+pub const OVER_MEMORY: i32 = 5;
+/// GPU:n asked for and not there.
+pub const NO_GPU: i32 = 6;
 
 /// Returns 0 with the outputs, 1 with an error in `err`, or `SCRIPT_NON_TENSOR` (with RedisAI's message in
 /// `err`) when the function returned something other than tensors: the module decides whether that is an error.

@@ -17,7 +17,7 @@ pub enum ConfigCmd {
 }
 
 fn err(msg: &str) -> Error {
-    Error::Generic(msg.to_string())
+    Error::parse(msg)
 }
 
 pub fn parse_config(argv: &[&[u8]]) -> Result<ConfigCmd> {

@@ -47,10 +47,10 @@ pub trait Resolver {
 }
 
 fn err(msg: &str) -> Error {
-    Error::Generic(msg.to_string())
+    Error::parse(msg)
 }
 fn plain(msg: &str) -> Error {
-    Error::Plain(msg.to_string())
+    Error::parse_verbatim(msg)
 }
 
 const SEP: &[u8] = b"|>";

@@ -57,7 +57,7 @@ pub fn optional_tag(argv: &[&[u8]], pos: &mut usize, missing: &str) -> crate::er
     if !argv.get(*pos).is_some_and(|a| is_keyword(a, "TAG")) {
         return Ok(Vec::new());
     }
-    let tag = argv.get(*pos + 1).ok_or_else(|| crate::error::Error::Generic(missing.to_string()))?.to_vec();
+    let tag = argv.get(*pos + 1).ok_or_else(|| crate::error::Error::parse(missing))?.to_vec();
     *pos += 2;
     Ok(tag)
 }

@@ -13,11 +13,11 @@ use crate::reply::Reply;
 use crate::tensor::parse_i64;
 
 fn err(msg: &str) -> Error {
-    Error::Generic(msg.to_string())
+    Error::parse(msg)
 }
 
 fn plain(msg: &str) -> Error {
-    Error::Plain(msg.to_string())
+    Error::parse_verbatim(msg)
 }
 
 fn utf8(b: &[u8]) -> String {

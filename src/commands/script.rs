@@ -9,7 +9,7 @@ use crate::script::{CallStyle, ScriptSpec};
 use crate::tensor::parse_i64;
 
 fn err(msg: &str) -> Error {
-    Error::Generic(msg.to_string())
+    Error::parse(msg)
 }
 
 fn utf8(b: &[u8]) -> Result<String> {

@@ -1,6 +1,6 @@
 //! Auto-batching's policy (BATCHSIZE / MINBATCHSIZE / MINBATCHTIMEOUT): which queued requests a worker takes
 //! next, alone or together. Pure: it sees queued items through `Queued`, so its unit tests need no model;
-//! `run::step_batch` runs a batch. It runs under the queue's lock: lock order is always queue, then run state
+//! `run::step_batch` and `op::run_batch` run a batch. It runs under the queue's lock: lock order is always queue, then run state
 //! (`Entry::batch_key` takes the run's lock inside the queue's), never the other way round.
 
 use std::collections::VecDeque;

@@ -85,13 +85,13 @@ fn run(job: Job) {
     let id = fingerprint(&blob);
     let built = if Arc::strong_count(&handle) == 1 {
         // The key was deleted or replaced before its turn: nothing will ever run it.
-        Err(Error::Generic("the model was removed before it was built".into()))
+        Err(Error::NotBuilt("the model was removed before it was built".into()))
     } else if journal().lock().crashed.contains(&id) {
         crate::log::warning(&format!(
             "redisai: model '{}' is not built: its build crashed the server before ({JOURNAL})",
             String::from_utf8_lossy(&key)
         ));
-        Err(Error::Generic(format!(
+        Err(Error::NotBuilt(format!(
             "the model's build crashed the server before; it is kept with its data but not built (remove its line \
              from {JOURNAL} or store it again)"
         )))
@@ -99,7 +99,7 @@ fn run(job: Job) {
         journal().lock().begin(id, &key);
         fault_injection::during_build(&key);
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build))
-            .unwrap_or_else(|_| Err(Error::Generic("internal error while building the model".into())));
+            .unwrap_or_else(|_| Err(Error::Internal("internal error while building the model".into())));
         journal().lock().end();
         built
     };

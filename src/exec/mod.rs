@@ -6,6 +6,7 @@ pub mod dag;
 pub mod deferred;
 pub mod inline;
 pub mod lazy_free;
+pub mod op;
 pub mod queue;
 pub mod run;
 pub mod watchdog;
@@ -43,5 +44,5 @@ pub fn model_queue(model: &crate::model::Model) -> Result<&'static Arc<DeviceQue
 
 /// RedisAI's error when a device's queue cannot be made (too many queues, or its threads would not start).
 pub fn queue_unavailable(_: std::io::Error) -> Error {
-    Error::Generic("Could not initialize queue on requested device".into())
+    Error::Unavailable("Could not initialize queue on requested device".into())
 }

@@ -1,7 +1,8 @@
-//! A run: one execution of a plan, shared (`Arc`) by one entry per device queue. The entries share one
-//! lock over the tensor slots; each worker step runs one ready op outside that lock. An entry whose op
-//! lacks inputs is parked on the run and requeued when another op finishes (no polling). The entry that
-//! finishes last calls the completion exactly once, also after a failure or a timeout.
+//! A run: one execution of a plan, shared (`Arc`) by one entry per device queue, and its scheduling. The
+//! entries share one lock over the tensor slots; each worker step runs one ready op outside that lock
+//! (`op.rs` runs it). An entry whose op lacks inputs is parked on the run and requeued when another op
+//! finishes (no polling). The entry that finishes last calls the completion exactly once, also after a
+//! failure or a timeout.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,12 +15,11 @@ use smallvec::SmallVec;
 use super::batch::{BatchKey, Queued};
 use super::copy_clock;
 use super::dag::{OpKind, Plan};
+use super::op::{self, input_bytes, op_stats, run_model, Req, Sample, Tensors};
 use super::queue::{Job, Queue, Queues};
-use crate::backends::{LoadedModel, Outputs};
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
-use crate::model::Model;
-use crate::stats::{self, ErrorKind, Stats, Timing};
+use crate::stats::{self, ErrorKind};
 use crate::tensor::Tensor;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -30,9 +30,6 @@ pub enum OpOutcome {
 }
 
 type Completion = Box<dyn FnOnce(Arc<Run>) + Send>;
-
-/// An op's input or output tensors (a few: on the stack).
-type Tensors = SmallVec<[Arc<Tensor>; 4]>;
 
 struct State {
     slots: SmallVec<[Option<Arc<Tensor>>; 8]>,
@@ -203,7 +200,7 @@ impl Run {
                         stopped = true;
                         break;
                     }
-                    Err(_) => Err(Error::Generic("internal error: the operation panicked".into())),
+                    Err(_) => Err(Error::Internal("internal error: the operation panicked".into())),
                 };
                 match result {
                     Ok(outs) => {
@@ -224,7 +221,7 @@ impl Run {
         if stopped {
             return Err(Box::new(run.plan));
         }
-        let req = Req { queue_us: 0, created: run.created, inline: true };
+        let req = Req::inline(run.created);
         for (i, (sample, end)) in samples {
             if let OpKind::Model { model, .. } = &run.plan.ops[i].kind {
                 sample.record(model, &req, end);
@@ -278,7 +275,7 @@ impl Drop for Entry {
                     let op = run.device_ops[self.dev][self.pos];
                     if st.outcomes[op] == OpOutcome::NotRun {
                         st.outcomes[op] =
-                            OpOutcome::Failed(Error::Generic("internal error: the run was interrupted".into()));
+                            OpOutcome::Failed(Error::Internal("internal error: the run was interrupted".into()));
                     }
                     st.failed = true;
                 }
@@ -309,7 +306,7 @@ impl Entry {
     }
 
     fn req(&self, queue_us: u64) -> Req {
-        Req { queue_us, created: self.run.created, inline: false }
+        Req::queued(queue_us, self.run.created)
     }
 
     fn op_index(&self) -> usize {
@@ -392,9 +389,9 @@ impl Entry {
                 let caller = &entry.run.plan.caller;
                 let req = entry.req(waited);
                 catch_unwind(AssertUnwindSafe(|| {
-                    crate::script::with_caller(caller, || execute(&op.kind, &inputs, &req))
+                    crate::script::with_caller(caller, || op::execute(&op.kind, &inputs, &req))
                 }))
-                .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())))
+                .unwrap_or_else(|_| Err(Error::Internal("internal error: the operation panicked".into())))
             };
             drop(inputs);
             entry.complete(result);
@@ -454,8 +451,8 @@ impl Queued for Entry {
     }
 }
 
-/// Runs the current ops of `entries` (same model, compatible inputs) as one batch: inputs joined on
-/// dimension 0, one backend run, outputs split back per request. A failure reaches every request.
+/// Runs the current ops of `entries` (same model, compatible inputs) as one batch (`op::run_batch`); a failure
+/// reaches every request.
 pub fn step_batch(entries: Vec<Entry>) {
     let ready: Vec<(Entry, Tensors, u64)> = entries.into_iter().filter_map(Entry::prepare).collect();
     let Some(model) = ready.first().and_then(|(e, _, _)| match &e.run.plan.ops[e.op_index()].kind {
@@ -464,237 +461,20 @@ pub fn step_batch(entries: Vec<Entry>) {
     }) else {
         // Only model runs are ever batched (`batch_key`); anything else steps alone.
         for (entry, inputs, waited) in ready {
-            let result = execute(&entry.run.plan.ops[entry.op_index()].kind, &inputs, &entry.req(waited));
+            let result = op::execute(&entry.run.plan.ops[entry.op_index()].kind, &inputs, &entry.req(waited));
             entry.complete(result);
         }
         return;
     };
-    let outputs = model.spec.outputs.len();
-    let rows: Vec<usize> = ready.iter().map(|(_, ins, _)| ins[0].dim0().max(0) as usize).collect();
-    let total: usize = rows.iter().sum();
-    let start = Instant::now();
-    copy_clock::take_us();
-    let result = catch_unwind(AssertUnwindSafe(|| -> Result<Outputs> {
-        let joined = {
-            let _copying = copy_clock::copying();
-            (0..ready[0].1.len())
-                .map(|i| Tensor::concat(&ready.iter().map(|(_, ins, _)| ins[i].as_ref()).collect::<Vec<_>>()))
-                .collect::<Result<Vec<Tensor>>>()?
-        };
-        let outs = model.loaded()?.run(&joined.iter().collect::<Vec<_>>())?;
-        if outs.len() != outputs {
-            return Err(Error::Generic("Model did not generate the expected number of outputs".into()));
-        }
-        if outs.iter().any(|t| t.dim0() != total as i64) {
-            return Err(Error::Generic("Model did not generate the expected batch size".into()));
-        }
-        Ok(outs)
-    }))
-    .unwrap_or_else(|_| Err(Error::Generic("internal error: the operation panicked".into())));
-    let micros = start.elapsed().as_micros() as i64;
-    let stats = model.stats.clone();
-    drop(model);
-    let detailed = stats::detailed();
-    if detailed {
-        stats.detail.record_execution(ready.len() as u64, window_of(Instant::now()));
-    }
-    let mut offset = 0;
-    for ((entry, inputs, waited), n) in ready.into_iter().zip(rows) {
-        drop(inputs);
-        let mine = {
-            let _copying = copy_clock::copying();
-            result.as_ref().map_err(Clone::clone).and_then(|outs| {
-                outs.iter().map(|t| t.slice_dim0(offset, n).map(Arc::new)).collect::<Result<Tensors>>()
-            })
-        };
-        offset += n;
-        // Each request is charged the whole batch's time and its own samples, as RedisAI did.
-        match &mine {
-            Ok(_) => stats.record_success(micros, n as i64),
-            Err(_) => stats.record_error(),
-        }
-        if detailed {
-            // The batch's copies (joining, the backend's, splitting up to this request's share) and the rest.
-            let copy_us = copy_clock::take_us();
-            let end = Instant::now();
-            record_detail(&stats, &mine, &entry.req(waited), (micros as u64).saturating_sub(copy_us), copy_us, end);
-        }
-        entry.complete(mine);
-    }
-}
-
-/// The stats of the model or script an op runs.
-fn op_stats(op: &OpKind) -> &Stats {
-    match op {
-        OpKind::Model { model, .. } => &model.stats,
-        OpKind::Script { script, .. } => &script.stats,
-    }
-}
-
-/// What AI.INFO's split of `errors` calls this failure.
-fn error_kind(e: &Error) -> ErrorKind {
-    match e {
-        Error::Refused { .. } => ErrorKind::Refused,
-        Error::TimedOut { .. } => ErrorKind::Timeout,
-        _ => ErrorKind::Backend,
-    }
-}
-
-/// A request as far as its statistics are concerned: how long it waited, when its run began, where it ran.
-struct Req {
-    queue_us: u64,
-    created: Instant,
-    inline: bool,
-}
-
-/// AI.INFO's timings of one request that ran (a success), or the kind of its failure.
-fn record_detail<T>(stats: &Stats, result: &Result<T>, req: &Req, backend_us: u64, copy_us: u64, end: Instant) {
-    let w = window_of(end);
-    match result {
-        Ok(_) => {
-            let total_us = end.saturating_duration_since(req.created).as_micros() as u64;
-            let timing = Timing { queue_us: req.queue_us, backend_us, copy_us, total_us, inline: req.inline };
-            stats.detail.record_request(&timing, w);
-        }
-        Err(e) => stats.detail.record_error(error_kind(e)),
-    }
-}
-
-/// What a model run adds to AI.INFO's statistics and to the model's run history.
-enum Sample {
-    Success { micros: u64, copy_us: u64, samples: i64, input_bytes: u64 },
-    Error(ErrorKind),
-}
-
-impl Sample {
-    /// Records the run of one request, which ended at `end`.
-    fn record(&self, model: &Model, req: &Req, end: Instant) {
-        let detailed = stats::detailed();
-        if detailed {
-            model.stats.detail.record_execution(1, window_of(end));
-        }
-        match *self {
-            Sample::Success { micros, copy_us, samples, input_bytes } => {
-                model.stats.record_success(micros as i64, samples);
-                model.history.record(micros, input_bytes);
-                if detailed {
-                    record_detail(&model.stats, &Ok(()), req, micros.saturating_sub(copy_us), copy_us, end);
-                }
-            }
-            Sample::Error(kind) => {
-                model.stats.record_error();
-                if detailed {
-                    model.stats.detail.record_error(kind);
-                }
-            }
-        }
-    }
-}
-
-fn input_bytes(inputs: &[Arc<Tensor>]) -> u64 {
-    inputs.iter().map(|t| t.data().len() as u64).sum()
-}
-
-/// Runs a model op started at `start` with `runner` (the backend's `run`, or `run_within` for an inline run) and
-/// checks the number of outputs; the result with what it adds to the statistics (recorded by the caller) and
-/// when it ended. `None`: `runner` gave up.
-fn run_model(
-    model: &Model,
-    noutputs: usize,
-    inputs: &[Arc<Tensor>],
-    start: Instant,
-    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Outputs>>,
-) -> Option<(Result<Tensors>, Sample, Instant)> {
-    let refs: SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
-    let result = match model.loaded() {
-        Ok(m) => runner(m, &refs)?,
-        Err(e) => Err(e),
-    }
-    .and_then(|outs| {
-        if outs.len() == noutputs {
-            Ok(outs)
-        } else {
-            Err(Error::Generic("Model did not generate the expected number of outputs".into()))
-        }
-    });
-    let end = Instant::now();
-    let sample = match &result {
-        Ok(outs) => Sample::Success {
-            micros: end.duration_since(start).as_micros() as u64,
-            copy_us: copy_clock::take_us(),
-            samples: outs.first().map_or(0, |t| t.dim0()),
-            input_bytes: input_bytes(inputs),
-        },
-        Err(e) => Sample::Error(error_kind(e)),
-    };
-    Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample, end))
-}
-
-/// Runs a model on the calling worker thread and records the run: the one path of a queued model op and of a
-/// script's `redisAI.model_execute` (`run_nested`); batches (`step_batch`) and inline runs (`run_inline`) share
-/// `run_model` and `Sample`.
-fn execute_model(model: &Model, noutputs: usize, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
-    copy_clock::take_us();
-    match run_model(model, noutputs, inputs, Instant::now(), |m, refs| Some(m.run(refs))) {
-        Some((result, sample, end)) => {
-            sample.record(model, req, end);
-            result
-        }
-        // `run` always answers; only `run_within` (inline) gives up.
-        None => Err(Error::Generic("the operation did not run".into())),
-    }
-}
-
-/// A model run asked for by a running script (TorchScript's `redisAI.model_execute`), on the script's worker:
-/// checked and counted in AI.INFO as any other run of the model (it waited in no queue).
-pub fn run_nested(model: &Model, inputs: &[Arc<Tensor>], noutputs: usize) -> Result<Tensors> {
-    // The script's own copying so far, kept for its statistics around the nested run's.
-    let outer_copy_us = copy_clock::take_us();
-    let result = execute_model(model, noutputs, inputs, &Req { queue_us: 0, created: Instant::now(), inline: false });
-    copy_clock::add_us(outer_copy_us);
-    result
-}
-
-/// Runs one op on the calling worker thread.
-fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
-    match op {
-        OpKind::Model { model, outputs, .. } => execute_model(model, outputs.len(), inputs, req),
-        OpKind::Script { script, function, style, keys, args, outputs, .. } => {
-            let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
-            copy_clock::take_us();
-            let start = Instant::now();
-            let result = match script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)) {
-                // A function run for its side effects (`redis.execute`) may return nothing, as in RedisAI.
-                Err(Error::NonTensorResult(_)) if outputs.is_empty() => Ok(Vec::new()),
-                other => other,
-            }
-            .and_then(|outs| {
-                // No OUTPUTS: the results are dropped (scripts run for their side effects), as in RedisAI.
-                if outputs.is_empty() {
-                    Ok(Vec::new())
-                } else if outs.len() == outputs.len() {
-                    Ok(outs)
-                } else {
-                    Err(Error::Plain(format!(
-                        "Function returned unexpected number of outputs - {}",
-                        String::from_utf8_lossy(function)
-                    )))
-                }
-            });
-            let end = Instant::now();
-            let micros = end.saturating_duration_since(start).as_micros() as u64;
-            match &result {
-                // Scripts report no samples (AI.INFO shows -1).
-                Ok(_) => script.stats.record_success(micros as i64, 0),
-                Err(_) => script.stats.record_error(),
-            }
-            if stats::detailed() {
-                script.stats.detail.record_execution(1, window_of(end));
-                let copy_us = copy_clock::take_us();
-                record_detail(&script.stats, &result, req, micros.saturating_sub(copy_us), copy_us, end);
-            }
-            Ok(result?.into_iter().map(Arc::new).collect())
-        }
+    let (entries, requests): (Vec<Entry>, Vec<(Tensors, Req)>) = ready
+        .into_iter()
+        .map(|(entry, inputs, waited)| {
+            let req = entry.req(waited);
+            (entry, (inputs, req))
+        })
+        .unzip();
+    for (entry, result) in entries.into_iter().zip(op::run_batch(&model, requests)) {
+        entry.complete(result);
     }
 }
 
@@ -731,7 +511,7 @@ mod tests {
             self.runs.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(self.delay);
             if self.fail {
-                return Err(Error::Plain("injected failure".into()));
+                return Err(Error::Backend("injected failure".into()));
             }
             let sum: f64 = inputs.iter().map(|t| value(t)).sum();
             Ok(smallvec::smallvec![scalar(sum + 1.0)])

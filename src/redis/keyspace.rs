@@ -98,7 +98,7 @@ impl<'a> Key<'a> {
         } else {
             // SAFETY: Redis refused the value, so the reference is still ours.
             drop(unsafe { ModuleType::<T>::take_value(ptr) });
-            Err(Error::Generic("could not save the value".into()))
+            Err(Error::Internal("could not save the value".into()))
         }
     }
 

@@ -7,9 +7,6 @@ use crate::redis::ctx::Ctx;
 /// Requests allocating less than this are not checked (the check reads INFO memory).
 const CHECK_FROM: usize = 1 << 20;
 
-/// Redis's own deny-oom reply.
-const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
-
 /// Refuses with Redis's OOM error when maxmemory is set and `extra` more bytes would pass it.
 pub fn check_room(ctx: Ctx<'_>, extra: usize) -> Result<()> {
     if extra < CHECK_FROM {
@@ -17,7 +14,7 @@ pub fn check_room(ctx: Ctx<'_>, extra: usize) -> Result<()> {
     }
     let Some((used, max)) = memory_info(ctx) else { return Ok(()) };
     if max > 0 && used.saturating_add(extra as u64) > max {
-        return Err(Error::Plain(OOM.into()));
+        return Err(Error::OutOfMemory);
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
 /// also when `f` panics; a thread that already holds it (none should: callbacks run on workers) is refused
 /// rather than left waiting for itself.
 fn locked<R>(caller: &Caller, f: impl FnOnce(Ctx<'_>) -> Result<R>) -> Result<R> {
-    let gil = Gil::lock().map_err(|_| Error::Generic("the Redis lock is already held by this thread".into()))?;
+    let gil = Gil::lock().map_err(|_| Error::Internal("the Redis lock is already held by this thread".into()))?;
     // SAFETY: the context is locked by `gil` for the call.
     unsafe { api!(RedisModule_SelectDb)(gil.ctx().as_ptr(), caller.db) };
     f(gil.ctx())
@@ -232,7 +232,7 @@ fn call_error() -> &'static str {
 fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<Tensor>> {
     let caller = current_caller();
     let model: Arc<Model> = locked(&caller, |ctx| {
-        acl::check_read_key(caller.user.as_deref(), key).map_err(Error::Generic)?;
+        acl::check_read_key(caller.user.as_deref(), key).map_err(|text| Error::Permission { text, prefixed: true })?;
         let k = Key::open_name(ctx, key, false);
         k.get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
     })?;
@@ -255,7 +255,7 @@ fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<T
         })
         .collect::<Result<Vec<_>>>()?;
     let inputs: Vec<Arc<Tensor>> = tensors.into_iter().map(Arc::new).collect();
-    let outs = crate::exec::run::run_nested(&model, &inputs, noutputs)?;
+    let outs = crate::exec::op::run_nested(&model, &inputs, noutputs)?;
     Ok(outs.into_iter().map(|t| Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())).collect())
 }
 
@@ -274,7 +274,7 @@ unsafe extern "C" fn model_execute(
             unsafe { (bytes(&key), if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) }) };
         run_model(key, views, noutputs)
     }))
-    .unwrap_or_else(|_| Err(Error::Generic("internal error in redisAI.model_execute".into())));
+    .unwrap_or_else(|_| Err(Error::Internal("internal error in redisAI.model_execute".into())));
     // SAFETY: the out-pointers are writable; what we hand out comes back through free_tensors/free_string.
     unsafe {
         match result {

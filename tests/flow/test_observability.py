@@ -19,10 +19,11 @@ from helpers.onnx_models import REDISAI_INFO_FIELDS as REDISAI
 from helpers.onnx_models import (AI_INFO_LEN, FLOAT_FMT, ai_info, big_model, blob, check_common_sections, loop_model,
                                  mexec, model_execute, modules_sections, sessions, set_tensor, store)
 from helpers.resp import raw_command
+from helpers.server import REPO_ROOT
 from helpers.tf_models import TF_VERSION, tf_store
 from helpers.tflite_models import LITERT_VERSION, tfl_store
-from helpers.torch_models import (MAIN_FNS, MAIN_SRC, OLD_SRC, TORCH_VERSION, pt_store, script_execute, script_set,
-                                  script_store)
+from helpers.torch_models import (MAIN_FNS, MAIN_SRC, OLD_SRC, TORCH_VERSION, entry, pt_store, script_execute,
+                                  script_set, script_store)
 
 QUEUED = ("INLINE_THRESHOLD", "0")  # every run through the queue, so that queue waits are what is measured
 
@@ -200,6 +201,28 @@ def test_memory_bound_refusals_are_counted_as_refused(server):
     assert (f["errors"], f["errors_refused"], f["errors_backend"], f["errors_timeout"]) == (2, 1, 1, 0), f
 
 
+@pytest.mark.module_args("BACKEND_MEMORY_LIMIT", "100", "MODEL_EXECUTION_TIMEOUT", "1000")
+def test_torch_errors_are_counted_by_kind(server):
+    """The TORCH backend returns each failure's kind (torch_abi.rs): the memory bound counts as refused, the kill
+    switch as a timeout, anything else as a backend error; the texts are the plain ones."""
+    con = server.client()
+    src = (entry("big", "return torch.ones(int(args[0]))")
+           + entry("spin", "x = tensors[0]", "while True:", "    x = x + 1", "return x")
+           + entry("bad", "return tensors[0].view(2, 2)"))  # 3 values
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 3, "big", "spin", "bad", "SOURCE", src)
+    set_tensor(con, "a", np.ones(3, dtype=np.float32))
+    run = lambda fn: con.execute_command("AI.SCRIPTEXECUTE", "s", fn, "INPUTS", 1, "a", "ARGS", 1, 300_000_000,  # noqa
+                                         "OUTPUTS", 1, "y")
+    with pytest.raises(redis.ResponseError, match="^TORCH memory limit exceeded, memory allocation failed.$"):
+        run("big")
+    with pytest.raises(redis.ResponseError, match=r"^TORCH: the run was cancelled after MODEL_EXECUTION_TIMEOUT"):
+        run("spin")
+    with pytest.raises(redis.ResponseError):
+        run("bad")
+    f = info(con, "s")
+    assert (f["errors"], f["errors_refused"], f["errors_timeout"], f["errors_backend"]) == (3, 1, 1, 1), f
+
+
 def test_long_executions_reach_the_latency_monitor(server):
     con = server.client()
     slow_model(con, target_s=0.05)
@@ -232,6 +255,27 @@ def test_info_lists_each_key_with_its_figures(server):
     assert isinstance(raw, dict), raw
     line = raw["ai_model_model_1"]
     assert line["calls"] == 1 and line["executions"] == 1 and set(OURS) <= set(line), line
+
+
+def test_exporter_script_returns_every_numeric_field(server):
+    """scripts/redis_exporter_ai.lua, as redis_exporter's --script runs it (EVAL, no keys): flat name/value pairs,
+    one per numeric field of the module's INFO sections, a key's k=v list split into one name per figure."""
+    con = server.client()
+    store(con, "model:1", "mul")
+    set_tensor(con, "a", np.ones((2, 2), dtype=np.float32))
+    for _ in range(3):
+        con.execute_command("AI.MODELEXECUTE", "model:1", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
+    script = (REPO_ROOT / "scripts" / "redis_exporter_ai.lua").read_text()
+    reply = con.eval(script, 0)
+    pairs = dict(zip([k.decode() for k in reply[::2]], [float(v) for v in reply[1::2]]))
+    assert len(pairs) * 2 == len(reply)
+    assert pairs["ai_model_model_1_calls"] == 3 and pairs["ai_model_model_1_executions"] == 3, pairs
+    assert pairs["ai_model_model_1_total_p99_us"] >= pairs["ai_model_model_1_total_p50_us"] > 0
+    assert "ai_queue_CPU_wait_p99_us" in pairs and "ai_queue_CPU_pending" in pairs, sorted(pairs)
+    # every numeric field of the sections is there (and nothing else)
+    info = con.execute_command("INFO", "modules")
+    numeric = {k for k, v in info.items() if k.startswith("ai_") and isinstance(v, (int, float))}
+    assert numeric <= set(pairs), numeric - set(pairs)
 
 
 @pytest.mark.module_args("DETAILED_STATS", "no")

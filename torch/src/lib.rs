@@ -25,6 +25,7 @@ extern "C" {
         names: *mut *mut c_char,
         noutputs: *mut usize,
         err: *mut *mut c_char,
+        code: *mut i32,
     ) -> *mut c_void;
     fn rai_shim_module_forward(
         module: *mut c_void,
@@ -36,7 +37,13 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> i32;
     fn rai_shim_module_free(module: *mut c_void);
-    fn rai_shim_script_compile(src: *const c_char, len: usize, gpu: i32, err: *mut *mut c_char) -> *mut c_void;
+    fn rai_shim_script_compile(
+        src: *const c_char,
+        len: usize,
+        gpu: i32,
+        err: *mut *mut c_char,
+        code: *mut i32,
+    ) -> *mut c_void;
     fn rai_shim_script_free(script: *mut c_void);
     fn rai_shim_script_check_entry(script: *mut c_void, name: *const c_char, err: *mut *mut c_char) -> i32;
     fn rai_shim_script_run(
@@ -130,56 +137,78 @@ fn to_out(t: &Tensor) -> Result<TensorOut, String> {
     Ok(TensorOut::new(dtype, t.size(), data))
 }
 
-/// # Safety
-/// `err` is writable.
-unsafe fn fail(err: *mut *mut c_char, msg: String) -> i32 {
-    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
-    unsafe {
-        *err = CString::new(msg.replace('\0', " ")).unwrap_or_default().into_raw();
-        1
+/// A failure for the module: its kind (a return code of `abi`) and its text.
+struct Failure {
+    code: i32,
+    text: String,
+}
+
+impl From<String> for Failure {
+    fn from(text: String) -> Self {
+        Failure { code: abi::FAILED, text }
     }
 }
 
-/// Takes a message the shim malloc'd.
+/// # Safety
+/// `err` is writable.
+unsafe fn fail(err: *mut *mut c_char, f: Failure) -> i32 {
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    unsafe {
+        *err = CString::new(f.text.replace('\0', " ")).unwrap_or_default().into_raw();
+        f.code
+    }
+}
+
+/// Takes a string the shim malloc'd (`None`: null).
 /// # Safety
 /// `p` is null or a NUL-terminated string from the shim, not used again.
-unsafe fn shim_message(p: *mut c_char) -> String {
+unsafe fn take_string(p: *mut c_char) -> Option<String> {
     // SAFETY: the caller upholds this function's contract (its `# Safety` section).
     unsafe {
         if p.is_null() {
-            return "unknown libtorch error".into();
+            return None;
         }
         let s = CStr::from_ptr(p).to_string_lossy().into_owned();
         rai_shim_free_string(p);
-        s
+        Some(s)
     }
+}
+
+/// Takes the kind the shim returned and the message it malloc'd.
+/// # Safety
+/// As `take_string`.
+unsafe fn shim_failure(code: i32, p: *mut c_char) -> Failure {
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    let text = unsafe { take_string(p) }.unwrap_or_else(|| "unknown libtorch error".into());
+    Failure { code: if code == 0 { abi::FAILED } else { code }, text }
 }
 
 /// Runs `f`, turning a panic into an error: nothing may unwind into the module.
 /// # Safety
 /// `err` is writable.
-unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), String>) -> i32 {
+unsafe fn guarded(err: *mut *mut c_char, f: impl FnOnce() -> Result<(), Failure>) -> i32 {
     // SAFETY: the caller upholds this function's contract (its `# Safety` section).
     unsafe {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(())) => 0,
             Ok(Err(e)) => fail(err, e),
-            Err(_) => fail(err, "internal error in the TORCH backend".into()),
+            Err(_) => fail(err, String::from("internal error in the TORCH backend").into()),
         }
     }
 }
 
 /// A model or script on `GPU:<gpu>` (gpu >= 0) needs CUDA and that device.
-fn check_gpu(gpu: i32) -> Result<(), String> {
+fn check_gpu(gpu: i32) -> Result<(), Failure> {
     if gpu < 0 {
         return Ok(());
     }
+    let no_gpu = |text: String| Err(Failure { code: abi::NO_GPU, text });
     if !tch::Cuda::is_available() {
-        return Err("GPU requested but Torch couldn't find CUDA".into());
+        return no_gpu("GPU requested but Torch couldn't find CUDA".into());
     }
     let count = tch::Cuda::device_count();
     if i64::from(gpu) >= count {
-        return Err(format!("GPU:{gpu} requested but this machine has {count} GPU(s)"));
+        return no_gpu(format!("GPU:{gpu} requested but this machine has {count} GPU(s)"));
     }
     Ok(())
 }
@@ -237,8 +266,9 @@ pub unsafe extern "C" fn rai_torch_configure(inter_op_threads: i32, memory_bound
         guarded(err, || {
             let mut e = std::ptr::null_mut();
             // `e` is writable; the shim catches every C++ exception and malloc's the message.
-            if rai_shim_configure(memory_bound, &mut e) != 0 {
-                return Err(shim_message(e));
+            let rc = rai_shim_configure(memory_bound, &mut e);
+            if rc != 0 {
+                return Err(shim_failure(rc, e));
             }
             Ok(())
         })
@@ -273,12 +303,12 @@ pub unsafe extern "C" fn rai_torch_model_load(
     unsafe {
         guarded(err, || {
             check_gpu(gpu)?;
-            let (mut names, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-            let m = rai_shim_module_load(blob as *const c_char, len, gpu, &mut names, &mut n, &mut e);
+            let (mut names, mut n, mut e, mut rc) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut(), 0);
+            let m = rai_shim_module_load(blob as *const c_char, len, gpu, &mut names, &mut n, &mut e, &mut rc);
             if m.is_null() {
-                return Err(shim_message(e));
+                return Err(shim_failure(rc, e));
             }
-            let joined = shim_message(names);
+            let joined = take_string(names).unwrap_or_default();
             *info = abi::ModelInfo { input_names: CString::new(joined).unwrap_or_default().into_raw(), noutputs: n };
             *model = m;
             Ok(())
@@ -307,10 +337,11 @@ pub unsafe extern "C" fn rai_torch_model_run(
             let tensors = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
             let ptrs: Vec<*const c_void> = tensors.iter().map(|t| t.as_ptr() as *const c_void).collect();
             let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
-            if rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), timeout_ms, &mut arr, &mut n, &mut e) != 0 {
-                return Err(shim_message(e));
+            let rc = rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), timeout_ms, &mut arr, &mut n, &mut e);
+            if rc != 0 {
+                return Err(shim_failure(rc, e));
             }
-            adopt(arr, n, outputs, noutputs)
+            Ok(adopt(arr, n, outputs, noutputs)?)
         })
     }
 }
@@ -339,10 +370,10 @@ pub unsafe extern "C" fn rai_torch_script_compile(
     unsafe {
         guarded(err, || {
             check_gpu(gpu)?;
-            let mut e = std::ptr::null_mut();
-            let s = rai_shim_script_compile(src as *const c_char, len, gpu, &mut e);
+            let (mut e, mut rc) = (std::ptr::null_mut(), 0);
+            let s = rai_shim_script_compile(src as *const c_char, len, gpu, &mut e, &mut rc);
             if s.is_null() {
-                return Err(shim_message(e));
+                return Err(shim_failure(rc, e));
             }
             *script = s;
             Ok(())
@@ -364,8 +395,9 @@ pub unsafe extern "C" fn rai_torch_script_check_entry(
             let name = CString::new(std::slice::from_raw_parts(name.ptr, name.len))
                 .map_err(|_| "bad function name".to_string())?;
             let mut e = std::ptr::null_mut();
-            if rai_shim_script_check_entry(script, name.as_ptr(), &mut e) != 0 {
-                return Err(shim_message(e));
+            let rc = rai_shim_script_check_entry(script, name.as_ptr(), &mut e);
+            if rc != 0 {
+                return Err(shim_failure(rc, e));
             }
             Ok(())
         })
@@ -405,8 +437,7 @@ pub unsafe extern "C" fn rai_torch_script_run(
 ) -> i32 {
     // SAFETY: the caller upholds this function's contract (its `# Safety` section).
     unsafe {
-        let mut non_tensor = false;
-        let rc = guarded(err, || {
+        guarded(err, || {
             set_threads(intra_threads);
             let name = CString::new(std::slice::from_raw_parts(function.ptr, function.len))
                 .map_err(|_| "bad function name".to_string())?;
@@ -435,16 +466,10 @@ pub unsafe extern "C" fn rai_torch_script_run(
                 &mut e,
             );
             if rc != 0 {
-                non_tensor = rc == abi::SCRIPT_NON_TENSOR;
-                return Err(shim_message(e));
+                return Err(shim_failure(rc, e));
             }
-            adopt(arr, n, outputs, noutputs)
-        });
-        if non_tensor {
-            abi::SCRIPT_NON_TENSOR
-        } else {
-            rc
-        }
+            adopt(arr, n, outputs, noutputs).map_err(Failure::from)
+        })
     }
 }
 

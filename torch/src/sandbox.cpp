@@ -33,7 +33,7 @@
 //   sandbox_scan.cpp     2 and 3: the hand-written scanners of untrusted input: pickles, and source nesting and
 //                        class names (unit-tested by torch/tests/sandbox_scan_test.cpp)
 //   sandbox_limits.cpp   3 to 5: the counting allocator, each run's deadline and the measure of what it holds, the
-//                        depth check of stored values (RunScope, QuietScope, reply_text, live_bytes)
+//                        depth check of stored values (RunScope, QuietScope, failure, live_bytes)
 //   sandbox_ops.cpp      4: string, list and view ops bounded before they run, and ops that return memory they
 //                        have not written zeroing it
 

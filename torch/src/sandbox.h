@@ -67,9 +67,17 @@ class QuietScope {
   void* saved_handler_;
 };
 
-// The text to reply for an exception's message: the plain timeout / memory text when the error came from the
-// deadline or the memory bound (TorchScript wraps them in its traceback), else the message itself.
-std::string reply_text(const std::string& what);
+// What a load, compile or run failed with: its kind, as the return codes of src/backends/torch_abi.rs
+// (kFailedCode: anything else), and the text to reply. The sandbox's refusals are their own type; its stops of a
+// run (the deadline, the memory bound, values too deep) are recorded where they fire, since TorchScript wraps
+// them in its traceback: the reply is the plain text, the kind is known without reading any message.
+constexpr int kFailedCode = 1, kRefusedCode = 3, kTimedOutCode = 4, kMemoryCode = 5;
+struct Failure {
+  int code;
+  std::string text;
+};
+// `e`: what was caught (null: not a std::exception). Called from the catch of each shim function.
+Failure failure(const std::exception* e);
 
 // Live bytes held through the counting allocator.
 uint64_t live_bytes();

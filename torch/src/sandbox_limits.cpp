@@ -5,6 +5,7 @@
 #include "sandbox_limits.h"
 
 #include "sandbox.h"
+#include "sandbox_policy.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -66,17 +67,32 @@ struct RunLimits {
   size_t loops = 0;            // tl_loops.size(), read here by every iteration (tl_loops' TLS costs more)
 };
 thread_local RunLimits tl_run;
+// The sandbox's own stop of the run on this thread (the deadline, the memory bound, a value too deep or cyclic),
+// recorded as it is thrown: TorchScript wraps an op's error in its traceback, so by the shim's catch its type is
+// gone (failure() reads it). Cleared when an outermost run starts and when failure() takes it outside any run.
+thread_local Failure tl_stop{0, ""};
+thread_local int tl_depth = 0;  // RunScopes open on this thread (a script's model_execute nests one)
 // What the loops running on this thread use from outside themselves (redisai::loop_enter), innermost last.
 thread_local std::vector<std::vector<c10::IValue>> tl_loops;
 
 [[noreturn]] void timed_out() {
-  TORCH_CHECK(false, kTimeoutError, " (", tl_run.timeout_ms, " ms)");
+  const std::string text = std::string(kTimeoutError) + " (" + std::to_string(tl_run.timeout_ms) + " ms)";
+  tl_stop = {kTimedOutCode, text};
+  TORCH_CHECK(false, text);
+  throw std::logic_error("unreachable");
+}
+
+// A value nested too deep or containing itself: refused, in the sandbox's words.
+[[noreturn]] void value_bound(const std::string& text) {
+  tl_stop = {kFailedCode, text};
+  TORCH_CHECK(false, text);
   throw std::logic_error("unreachable");
 }
 
 }  // namespace
 
 [[noreturn]] void over_memory(uint64_t asked) {
+  tl_stop = {kMemoryCode, kMemoryError};  // RedisAI's text (as ONNX's); the details stay in the exception
   TORCH_CHECK_WITH(OutOfMemoryError, false, kMemoryError, " (", asked, " bytes asked, ",
                    g_live.load(std::memory_order_relaxed), " held, bound ", g_limit.load(std::memory_order_relaxed),
                    ")");
@@ -254,6 +270,7 @@ void check_deadline(Stack& s, size_t k) {
     r.next_state_ns = now + std::max<int64_t>(1000000, 8 * (precise_ns() - t0));
     if (held > limit) {
       torch::jit::drop(s, k);
+      tl_stop = {kMemoryCode, kMemoryError};
       TORCH_CHECK_WITH(OutOfMemoryError, false, kMemoryError, " (", held,
                        " bytes held outside tensors by the run, bound ", limit, ")");
     }
@@ -284,6 +301,8 @@ void loop_exit(Stack&) {
 }
 
 constexpr size_t kMaxValueDepth = 256;
+const std::string kDepthText =
+    std::string(kDepthError) + " " + std::to_string(kMaxValueDepth) + " levels are not allowed";
 
 // The values a value holds directly.
 void children(const c10::IValue& v, std::vector<c10::IValue>& out) {
@@ -322,9 +341,9 @@ void check_store(Stack& s) {
     children(v, f.kids);
     if (v.isPtrType()) on_path.insert(v.internalToPointer());
     path.push_back(std::move(f));
-    TORCH_CHECK(path.size() + 1 <= kMaxValueDepth, kDepthError, " ", kMaxValueDepth, " levels are not allowed");
+    if (path.size() + 1 > kMaxValueDepth) value_bound(kDepthText);
   };
-  if (value.isPtrType() && value.internalToPointer() == target) TORCH_CHECK(false, kCycleError);
+  if (value.isPtrType() && value.internalToPointer() == target) value_bound(kCycleError);
   enter(value);
   while (!path.empty()) {
     Frame& f = path.back();
@@ -332,7 +351,7 @@ void check_store(Stack& s) {
       const c10::IValue& c = f.kids[f.next++];
       if (!c.isPtrType()) continue;
       const void* p = c.internalToPointer();
-      TORCH_CHECK(p != target && !on_path.count(p), kCycleError);
+      if (p == target || on_path.count(p)) value_bound(kCycleError);
       auto known = depth_of.find(p);
       if (known != depth_of.end()) {
         f.depth = std::max(f.depth, known->second + 1);
@@ -348,7 +367,7 @@ void check_store(Stack& s) {
     }
     path.pop_back();
     if (!path.empty()) path.back().depth = std::max(path.back().depth, d + 1);
-    TORCH_CHECK(d + 1 < kMaxValueDepth, kDepthError, " ", kMaxValueDepth, " levels are not allowed");
+    if (d + 1 >= kMaxValueDepth) value_bound(kDepthText);
   }
 }
 
@@ -387,6 +406,7 @@ RunScope::RunScope(uint64_t timeout_ms)
       saved_next_state_(tl_run.next_state_ns),
       saved_loops_(tl_loops.size()),
       saved_handler_(c10::WarningUtils::get_warning_handler()) {
+  if (tl_depth++ == 0) tl_stop = {0, ""};
   if (timeout_ms) {
     const int64_t deadline = now_ns() + static_cast<int64_t>(std::min<uint64_t>(timeout_ms, 1ULL << 40) * 1000000);
     if (!tl_run.deadline_ns || deadline < tl_run.deadline_ns) {
@@ -399,6 +419,7 @@ RunScope::RunScope(uint64_t timeout_ms)
 }
 
 RunScope::~RunScope() {
+  --tl_depth;
   tl_run.deadline_ns = saved_deadline_;
   tl_run.timeout_ms = saved_timeout_;
   tl_run.next_state_ns = saved_next_state_;
@@ -409,12 +430,19 @@ RunScope::~RunScope() {
 
 namespace {
 
+struct CompileJob {
+  const std::function<void()>* fn;
+  std::exception_ptr thrown;
+  Failure stop;  // the compile thread's tl_stop, for failure() on the caller's thread
+};
+
 void* compile_thread(void* arg) {
-  auto* job = static_cast<std::pair<const std::function<void()>*, std::exception_ptr>*>(arg);
+  auto* job = static_cast<CompileJob*>(arg);
   try {
-    (*job->first)();
+    (*job->fn)();
   } catch (...) {
-    job->second = std::current_exception();
+    job->thrown = std::current_exception();
+    job->stop = tl_stop;
   }
   return nullptr;
 }
@@ -424,14 +452,17 @@ void* compile_thread(void* arg) {
 void on_compile_stack(const std::function<void()>& fn) {
   pthread_attr_t attr;
   if (pthread_attr_init(&attr) != 0) throw std::runtime_error("TORCH: could not start the compile thread");
-  std::pair<const std::function<void()>*, std::exception_ptr> job{&fn, nullptr};
+  CompileJob job{&fn, nullptr, {0, ""}};
   pthread_t thread;
   int rc = pthread_attr_setstacksize(&attr, kCompileStack);
   if (rc == 0) rc = pthread_create(&thread, &attr, &compile_thread, &job);
   pthread_attr_destroy(&attr);
   if (rc != 0) throw std::runtime_error("TORCH: could not start the compile thread (" + std::to_string(rc) + ")");
   pthread_join(thread, nullptr);
-  if (job.second) std::rethrow_exception(job.second);
+  if (job.thrown) {
+    tl_stop = job.stop;
+    std::rethrow_exception(job.thrown);
+  }
 }
 
 QuietScope::QuietScope() : saved_handler_(c10::WarningUtils::get_warning_handler()) {
@@ -442,17 +473,16 @@ QuietScope::~QuietScope() {
   c10::WarningUtils::set_warning_handler(static_cast<c10::WarningHandler*>(saved_handler_));
 }
 
-std::string reply_text(const std::string& what) {
-  for (const char* marker : {kTimeoutError, kMemoryError, kDepthError, kCycleError}) {
-    auto at = what.find(marker);
-    if (at != std::string::npos) {
-      auto end = what.find('\n', at);
-      std::string line = what.substr(at, end == std::string::npos ? std::string::npos : end - at);
-      // The memory text is RedisAI's (as ONNX's): the details stay in the log-free message.
-      return marker == kMemoryError ? std::string(kMemoryError) : line;
-    }
+Failure failure(const std::exception* e) {
+  if (e && dynamic_cast<const detail::Refused*>(e)) return {kRefusedCode, e->what()};
+  if (tl_stop.code) {
+    Failure f = tl_stop;
+    if (tl_depth == 0) tl_stop = {0, ""};  // inside a run, the runs around it fail with the same stop
+    return f;
   }
-  return what;
+  if (!e) return {kFailedCode, "TORCH: the backend failed with an unknown C++ exception"};
+  const auto* ce = dynamic_cast<const c10::Error*>(e);
+  return {kFailedCode, ce ? ce->what_without_backtrace() : e->what()};
 }
 
 }  // namespace rai

@@ -1,7 +1,7 @@
 // A thin C layer over torch::jit for what tch does not expose: a module's forward() argument names and
 // return arity, TorchScript compilation (torch::jit::compile) and calling a compiled function.
-// Every function catches every C++ exception (c10::Error, std::exception, anything else) and returns its message
-// through `err` (malloc'd), and is noexcept: nothing may unwind into the Rust caller, where it would be undefined
+// Every function catches every C++ exception (c10::Error, std::exception, anything else) and returns its kind (the
+// codes of src/backends/torch_abi.rs) with its message through `err` (malloc'd), and is noexcept: nothing may unwind into the Rust caller, where it would be undefined
 // behaviour (a throw that escaped a catch would end in std::terminate instead).
 // Every model and script goes through the sandbox (sandbox.cpp) before it runs, and every run has a deadline.
 
@@ -32,10 +32,13 @@ char* dup(const std::string& s) {
   return p;
 }
 
-// The message of a caught exception as the client gets it (see rai::reply_text).
-char* message(const c10::Error& e) { return dup(rai::reply_text(e.what_without_backtrace())); }
-char* message(const std::exception& e) { return dup(rai::reply_text(e.what())); }
-char* unknown_exception() { return dup("TORCH: the backend failed with an unknown C++ exception"); }
+// A caught exception (null: not a std::exception) as the client gets it: its text in `*err`, its kind returned
+// (rai::failure: the codes of src/backends/torch_abi.rs).
+int fail(char** err, const std::exception* e) {
+  rai::Failure f = rai::failure(e);
+  *err = dup(f.text);
+  return f.code;
+}
 
 c10::Device device(int gpu) { return gpu < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, gpu); }
 
@@ -237,15 +240,10 @@ int rai_shim_configure(uint64_t memory_bound, char** err) noexcept {
   try {
     rai::init(memory_bound);
     return 0;
-  } catch (const c10::Error& e) {
-    *err = message(e);
-    return 1;
   } catch (const std::exception& e) {
-    *err = message(e);
-    return 1;
+    return fail(err, &e);
   } catch (...) {
-    *err = unknown_exception();
-    return 1;
+    return fail(err, nullptr);
   }
 }
 
@@ -259,8 +257,8 @@ void rai_shim_free_array(at::Tensor** a) noexcept { delete[] a; }
 
 // Loads a TorchScript module; `names` gets forward()'s argument names joined by '\n', `noutputs` the
 // number of values it returns (a returned tuple counts its elements).
-void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, size_t* noutputs,
-                           char** err) noexcept {
+void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, size_t* noutputs, char** err,
+                           int* code) noexcept {
   try {
     std::unique_ptr<Model> model;
     rai::on_compile_stack([&] {
@@ -286,14 +284,11 @@ void* rai_shim_module_load(const char* data, size_t len, int gpu, char** names, 
     *names = dup(joined);
     *noutputs = n;
     return model.release();
-  } catch (const c10::Error& e) {
-    *err = message(e);
-    return nullptr;
   } catch (const std::exception& e) {
-    *err = message(e);
+    *code = fail(err, &e);
     return nullptr;
   } catch (...) {
-    *err = unknown_exception();
+    *code = fail(err, nullptr);
     return nullptr;
   }
 }
@@ -316,15 +311,10 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, u
     *outs = to_array(v);
     *nout = v.size();
     return 0;
-  } catch (const c10::Error& e) {
-    *err = message(e);
-    return 1;
   } catch (const std::exception& e) {
-    *err = message(e);
-    return 1;
+    return fail(err, &e);
   } catch (...) {
-    *err = unknown_exception();
-    return 1;
+    return fail(err, nullptr);
   }
 }
 
@@ -332,7 +322,7 @@ int rai_shim_module_forward(void* module, at::Tensor* const* inputs, size_t n, u
 // unwinding into Rust.
 void rai_shim_module_free(void* module) noexcept { delete static_cast<Model*>(module); }
 
-void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) noexcept {
+void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err, int* code) noexcept {
   try {
     auto cu = std::make_shared<torch::jit::CompilationUnit>();
     // TorchScript's parser wants a final newline, which clients (and `$(...)` in shells) often drop.
@@ -345,14 +335,11 @@ void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err) 
       rai::admit_script(*cu);
     });
     return new Script{cu, device(gpu)};
-  } catch (const c10::Error& e) {
-    *err = message(e);
-    return nullptr;
   } catch (const std::exception& e) {
-    *err = message(e);
+    *code = fail(err, &e);
     return nullptr;
   } catch (...) {
-    *err = unknown_exception();
+    *code = fail(err, nullptr);
     return nullptr;
   }
 }
@@ -381,15 +368,10 @@ int rai_shim_script_check_entry(void* script, const char* name, char** err) noex
       return 1;
     }
     return 0;
-  } catch (const c10::Error& e) {
-    *err = message(e);
-    return 1;
   } catch (const std::exception& e) {
-    *err = message(e);
-    return 1;
+    return fail(err, &e);
   } catch (...) {
-    *err = unknown_exception();
-    return 1;
+    return fail(err, nullptr);
   }
 }
 
@@ -454,15 +436,10 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     *outs = to_array(v);
     *nout = v.size();
     return 0;
-  } catch (const c10::Error& e) {
-    *err = message(e);
-    return 1;
   } catch (const std::exception& e) {
-    *err = message(e);
-    return 1;
+    return fail(err, &e);
   } catch (...) {
-    *err = unknown_exception();
-    return 1;
+    return fail(err, nullptr);
   }
 }
 

@@ -21,7 +21,7 @@ static RUNTIME: LibrarySlot<Api> = LibrarySlot::new("TF");
 fn open(path: &str) -> Result<Api> {
     bound_memory();
     eigen_kernels();
-    Api::open(path).map_err(|e| Error::Generic(format!("Could not load backend TF from {path}: {e}")))
+    Api::open(path).map_err(|e| Error::Unavailable(format!("Could not load backend TF from {path}: {e}")))
 }
 
 /// TensorFlow's switch for a bounded CPU allocator, and its bound in MiB.
@@ -106,7 +106,7 @@ impl<'a> Status<'a> {
             if (self.0.get_code)(self.1) == 0 {
                 Ok(())
             } else {
-                Err(Error::Plain(CStr::from_ptr((self.0.message)(self.1)).to_string_lossy().into_owned()))
+                Err(Error::Backend(CStr::from_ptr((self.0.message)(self.1)).to_string_lossy().into_owned()))
             }
         }
     }
@@ -190,7 +190,7 @@ fn split_output_name(name: &str) -> (&str, i32) {
 pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let api = runtime()?;
     if opts.device.kind == DeviceKind::Gpu {
-        return Err(Error::Generic("GPU requested but TF couldn't find CUDA".into()));
+        return Err(Error::Unavailable("GPU requested but TF couldn't find CUDA".into()));
     }
     let a = &*api;
     let status = Status::new(a);
@@ -221,12 +221,12 @@ pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
             for name in names {
                 let (op_name, index) = split_output_name(name);
                 let c = CString::new(op_name)
-                    .map_err(|_| Error::Generic(format!("{what} node named \"{name}\" not found in TF graph{dot}")))?;
+                    .map_err(|_| Error::parse(format!("{what} node named \"{name}\" not found in TF graph{dot}")))?;
                 let op = (a.operation_by_name)(graph, c.as_ptr());
                 let wrong_kind =
                     || placeholder && CStr::from_ptr((a.operation_op_type)(op)).to_bytes() != b"Placeholder";
                 if op.is_null() || index >= (a.operation_num_outputs)(op) || wrong_kind() {
-                    return Err(Error::Generic(format!("{what} node named \"{name}\" not found in TF graph{dot}")));
+                    return Err(Error::parse(format!("{what} node named \"{name}\" not found in TF graph{dot}")));
                 }
                 ops.push(ffi::Output { oper: op, index });
             }
@@ -288,7 +288,7 @@ impl TfModel {
         unsafe {
             let out = (a.allocate_tensor)(tf_type(t.dtype()), dims.as_ptr(), dims.len() as i32, bytes);
             if out.is_null() {
-                return Err(Error::Plain("TensorFlow could not allocate an input tensor".into()));
+                return Err(Error::Backend("TensorFlow could not allocate an input tensor".into()));
             }
             let data = (a.tensor_data)(out);
             if strings {
@@ -312,7 +312,7 @@ impl TfModel {
         unsafe {
             let ty = (a.tensor_type)(out);
             let dtype = our_type(ty)
-                .ok_or_else(|| Error::Plain(format!("TF model returned an unsupported tensor type ({ty})")))?;
+                .ok_or_else(|| Error::Backend(format!("TF model returned an unsupported tensor type ({ty})")))?;
             let shape: Vec<i64> = (0..(a.num_dims)(out)).map(|i| (a.dim)(out, i)).collect();
             let data = (a.tensor_data)(out);
             let size = (a.tensor_byte_size)(out);

@@ -29,7 +29,7 @@ const LIB_NAME: &str = "libLiteRt.so";
 static RUNTIME: LibrarySlot<Api> = LibrarySlot::new("TFLITE");
 
 fn open(path: &str) -> Result<Api> {
-    let fail = |e: String| Error::Generic(format!("Could not load backend TFLITE from {path}: {e}"));
+    let fail = |e: String| Error::Unavailable(format!("Could not load backend TFLITE from {path}: {e}"));
     let api = Api::open(path).map_err(fail)?;
     // Before anything of LiteRT runs: from here on its allocations are counted and bounded.
     alloc::install(api.run as *const c_void, CONFIG.read().backend_memory_bound()).map_err(fail)?;
@@ -67,7 +67,7 @@ fn check(status: ffi::Status, what: &str) -> Result<()> {
     if status == ffi::OK {
         Ok(())
     } else {
-        Err(Error::Plain(format!("TFLITE: LiteRT failed to {what} (status {status})")))
+        Err(Error::Backend(format!("TFLITE: LiteRT failed to {what} (status {status})")))
     }
 }
 
@@ -172,7 +172,7 @@ pub struct TfLiteModel {
 pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     let api = runtime()?;
     if opts.device.kind == DeviceKind::Gpu {
-        return Err(Error::Generic("GPU requested but TFLITE has no GPU support in this module".into()));
+        return Err(Error::Unavailable("GPU requested but TFLITE has no GPU support in this module".into()));
     }
     let first = new_instance(&api, &blob)?;
     let (inputs, outputs) = ports(&api, first.model)?;
@@ -236,7 +236,7 @@ fn build(inst: &mut Instance) -> Result<()> {
     unsafe {
         check((a.create_environment)(0, std::ptr::null(), &mut inst.env), "create an environment")?;
         if (a.create_model_from_buffer)(inst.env, blob.as_ptr().cast(), blob.len(), &mut inst.model) != ffi::OK {
-            return Err(Error::Plain("TFLITE: the model is not a valid TensorFlow Lite flatbuffer".into()));
+            return Err(Error::Backend("TFLITE: the model is not a valid TensorFlow Lite flatbuffer".into()));
         }
         let mut options = std::ptr::null_mut();
         check((a.create_options)(&mut options), "create options")?;
@@ -261,7 +261,7 @@ fn ports(api: &Api, model: *mut ffi::Model) -> Result<(Vec<Port>, Vec<Port>)> {
         let mut nsig = 0;
         check((a.num_signatures)(model, &mut nsig), "read the signatures")?;
         if nsig == 0 {
-            return Err(Error::Plain("TFLITE: the model has no signature".into()));
+            return Err(Error::Backend("TFLITE: the model has no signature".into()));
         }
         let mut sig = std::ptr::null_mut();
         check((a.signature)(model, 0, &mut sig), "read the signature")?;
@@ -294,7 +294,7 @@ fn ports(api: &Api, model: *mut ffi::Model) -> Result<(Vec<Port>, Vec<Port>)> {
                 // The subgraph's k-th tensor is the same object the signature lists; else keep position k.
                 let sig_index = sig_tensors.iter().position(|&s| s == t).unwrap_or(k);
                 if sig_index >= n_sig {
-                    return Err(Error::Plain("TFLITE: the signature does not cover the main subgraph".into()));
+                    return Err(Error::Backend("TFLITE: the signature does not cover the main subgraph".into()));
                 }
                 let mut name = std::ptr::null();
                 check((a.tensor_name)(t, &mut name), "read a tensor name")?;
@@ -304,7 +304,7 @@ fn ports(api: &Api, model: *mut ffi::Model) -> Result<(Vec<Port>, Vec<Port>)> {
                 ports.push(Port { name, element_type: ty.element_type, sig_index });
             }
             if n_graph != n_sig {
-                return Err(Error::Plain("TFLITE: the signature does not cover the main subgraph".into()));
+                return Err(Error::Backend("TFLITE: the signature does not cover the main subgraph".into()));
             }
             result.push(ports);
         }
@@ -361,16 +361,16 @@ impl TfLiteModel {
                 let dims = t
                     .shape()
                     .iter()
-                    .map(|&d| i32::try_from(d).map_err(|_| Error::Plain("TFLITE: a dimension is too large".into())))
+                    .map(|&d| i32::try_from(d).map_err(|_| Error::Backend("TFLITE: a dimension is too large".into())))
                     .collect::<Result<Vec<i32>>>()?;
                 if dims.len() > ffi::MAX_RANK {
-                    return Err(Error::Plain(format!("TFLITE: tensors of rank above {} unsupported", ffi::MAX_RANK)));
+                    return Err(Error::Backend(format!("TFLITE: tensors of rank above {} unsupported", ffi::MAX_RANK)));
                 }
                 if inst.shapes[port.sig_index] != dims {
                     let status = (a.resize_input)(inst.compiled, 0, port.sig_index, dims.as_ptr(), dims.len());
                     inst.shapes[port.sig_index].clear();
                     if status != ffi::OK {
-                        return Err(Error::Plain(format!(
+                        return Err(Error::Backend(format!(
                             "TFLITE: input {} cannot take the shape {:?} (status {status})",
                             port.name,
                             t.shape()
@@ -397,7 +397,7 @@ impl TfLiteModel {
             let mut shapes = vec![Vec::new(); n_out];
             for port in &self.outputs {
                 let dtype = our_type(port.element_type).ok_or_else(|| {
-                    Error::Plain(format!(
+                    Error::Backend(format!(
                         "TFLITE: output {} has an unsupported type ({})",
                         port.name, port.element_type
                     ))
@@ -428,7 +428,7 @@ impl TfLiteModel {
                         prefixed: false,
                     });
                 }
-                return Err(Error::Plain(format!("TFLITE: LiteRT failed to run the model (status {status})")));
+                return Err(Error::Backend(format!("TFLITE: LiteRT failed to run the model (status {status})")));
             }
             let _copying = crate::exec::copy_clock::copying();
             let mut result = Outputs::with_capacity(n_out);
@@ -461,7 +461,7 @@ impl LoadedModel for TfLiteModel {
         check_input_count(self.inputs.len(), inputs.len())?;
         for (port, t) in self.inputs.iter().zip(inputs) {
             if lite_type(t.dtype()) != Some(port.element_type) {
-                return Err(Error::Plain(
+                return Err(Error::Backend(
                     "Input tensor type doesn't match the type expected by the model definition".into(),
                 ));
             }

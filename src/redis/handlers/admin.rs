@@ -28,14 +28,17 @@ pub fn config(c: &Cmd) -> Result<()> {
         let argv = crate::redis::strings::OwnedStrings::new(&["CONFIG", "SET", "dir", "."]);
         crate::redis::acl::check_command(user.as_deref(), &argv).map_err(|_| {
             let name = String::from_utf8_lossy(user.as_deref().unwrap_or_default()).into_owned();
-            Error::Plain(format!("NOPERM User {name} has no permissions to run the 'ai.config' command"))
+            Error::Permission {
+                text: format!("NOPERM User {name} has no permissions to run the 'ai.config' command"),
+                prefixed: false,
+            }
         })?;
     }
     let parsed = parse_config(&c.args)?;
     if matches!(parsed, ConfigCmd::LoadBackend(..) | ConfigCmd::BackendsPath(_))
         && !CONFIG.read().runtime_backend_loading
     {
-        return Err(Error::Generic(
+        return Err(Error::Unavailable(
             "AI.CONFIG LOADBACKEND and BACKENDSPATH are disabled (load-time option RUNTIME_BACKEND_LOADING no)".into(),
         ));
     }

@@ -83,7 +83,7 @@ fn reply_dag(ctx: Ctx<'_>, run: &Run) {
         let outputs: Option<Vec<(&[u8], Arc<Tensor>)>> =
             plan.persist.iter().map(|(k, s)| run.slot(*s).map(|t| (k.as_slice(), t))).collect();
         persist_error = outputs
-            .ok_or_else(|| Error::Generic("PERSIST key cannot be found in DAG".into()))
+            .ok_or_else(|| Error::parse("PERSIST key cannot be found in DAG"))
             .and_then(|o| write_outputs(ctx, &o))
             .err();
     }

@@ -101,12 +101,12 @@ fn replicate_tensorset(ctx: Ctx<'_>, key: *mut raw::RedisModuleString, t: &Tenso
 
 /// Replicates a command as the client sent it, from a completion (where the client's argv is gone).
 pub fn replicate_argv(ctx: Ctx<'_>, argv: &mut OwnedStrings) -> Result<()> {
-    let (name, rest) = argv.0.split_first_mut().ok_or_else(|| Error::Generic("empty command".into()))?;
+    let (name, rest) = argv.0.split_first_mut().ok_or_else(|| Error::parse("empty command"))?;
     let mut len = 0usize;
     let p = raw::string_ptr_len(*name, &mut len);
     // SAFETY: `p` points to `len` bytes of a string we retain.
     let cmd = std::ffi::CString::new(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
-        .map_err(|_| Error::Generic("bad command name".into()))?;
+        .map_err(|_| Error::parse("bad command name"))?;
     // SAFETY: ctx is the main-thread reply context; format "v" takes a vector and its length.
     unsafe {
         api!(RedisModule_Replicate)(ctx.as_ptr(), cmd.as_ptr(), c"v".as_ptr(), rest.as_mut_ptr(), rest.len());

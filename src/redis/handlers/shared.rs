@@ -41,11 +41,11 @@ pub fn store_in_background<V: Send + 'static>(
     }
     // The build reads the arguments through `args` only: pinning may move their bytes under `c.args`.
     let args = PinnedArgs::pin(c.raw)
-        .map_err(|_| Error::Generic(format!("cannot keep the {what}'s arguments for its build")))?;
+        .map_err(|_| Error::Internal(format!("cannot keep the {what}'s arguments for its build")))?;
     let blocked = Blocked::new(c.ctx)?;
     let job = move || {
         let built = catch_unwind(AssertUnwindSafe(|| build(&key, &args.slices())))
-            .unwrap_or_else(|_| Err(Error::Generic(format!("internal error while building the {what}"))));
+            .unwrap_or_else(|_| Err(Error::Internal(format!("internal error while building the {what}"))));
         let argv = args.into_strings();
         blocked.complete(move |ctx| finish_store(ctx, &key, built, commit, argv));
     };
@@ -53,7 +53,7 @@ pub fn store_in_background<V: Send + 'static>(
         .name(format!("ai:{what}store"))
         .spawn(job)
         .map(drop)
-        .map_err(|e| Error::Generic(format!("cannot start a {what} build: {e}")))
+        .map_err(|e| Error::Internal(format!("cannot start a {what} build: {e}")))
 }
 
 fn finish_store<V>(ctx: Ctx<'_>, key: &[u8], built: Result<V>, commit: Commit<V>, mut argv: OwnedStrings) {
@@ -140,13 +140,13 @@ pub fn reply_single_op(ctx: Ctx<'_>, run: &Run) {
     }
     let result = match run.outcome(0) {
         OpOutcome::Failed(e) => Err(e),
-        OpOutcome::NotRun => Err(Error::Generic("the operation did not run".into())),
+        OpOutcome::NotRun => Err(Error::Internal("the operation did not run".into())),
         OpOutcome::Done => run
             .plan
             .persist
             .iter()
             .map(|(k, s)| {
-                run.slot(*s).map(|t| (k.as_slice(), t)).ok_or_else(|| Error::Generic("missing output".into()))
+                run.slot(*s).map(|t| (k.as_slice(), t)).ok_or_else(|| Error::Internal("missing output".into()))
             })
             .collect::<Result<smallvec::SmallVec<[_; 2]>>>()
             .and_then(|outs| write_outputs(ctx, &outs)),
