@@ -151,24 +151,28 @@ def test_save_and_restart(server):
 # AOF
 
 
+def check_rewritten_stores(server, backend, models, before, blob_of):
+    """The rewritten AOF's base holds one AI.MODELSTORE per model, in RedisAI's argument order (AI.MODELSTORE <key>
+    <backend> <device> TAG <tag> BATCHSIZE n MINBATCHSIZE m MINBATCHTIMEOUT t BLOB <chunk>...), the options as
+    META reported them before, and the model's bytes."""
+    base, _ = aof_files(server)
+    assert base.suffix == ".aof", base
+    stores = {c[1].decode(): c for c in aof_commands(server, "base") if c[0].upper() == b"AI.MODELSTORE"}
+    assert set(stores) == set(models)
+    for key, (name, _, dev) in models.items():
+        meta, cmd = before[key][1], stores[key]
+        assert cmd[1:13] == [key.encode(), backend, dev.encode(), b"TAG", meta[5], b"BATCHSIZE", str(meta[7]).encode(),
+                             b"MINBATCHSIZE", str(meta[9]).encode(), b"MINBATCHTIMEOUT", str(meta[15]).encode(),
+                             b"BLOB"], cmd[:13]
+        assert b"".join(cmd[13:]) == blob_of(name)
+
+
 @pytest.mark.server_args("--appendonly", "yes", "--aof-use-rdb-preamble", "no")
 def test_aof_rewrite(server):
     con = server.client()
     before = populate(con)
     bgrewriteaof(server, con)
-    base, _ = aof_files(server)
-    assert base.suffix == ".aof", base
-    stores = {c[1].decode(): c for c in aof_commands(server, "base") if c[0].upper() == b"AI.MODELSTORE"}
-    assert set(stores) == set(MODELS)
-    for key, (name, opts, dev) in MODELS.items():
-        meta = before[key][1]
-        cmd = stores[key]
-        # AI.MODELSTORE <key> <backend> <device> TAG <tag> BATCHSIZE n MINBATCHSIZE m MINBATCHTIMEOUT t BLOB <chunk>...
-        assert cmd[0].upper() == b"AI.MODELSTORE"
-        assert cmd[1:13] == [key.encode(), b"ONNX", dev.encode(), b"TAG", meta[5], b"BATCHSIZE", str(meta[7]).encode(),
-                             b"MINBATCHSIZE", str(meta[9]).encode(), b"MINBATCHTIMEOUT", str(meta[15]).encode(),
-                             b"BLOB"]
-        assert b"".join(cmd[13:]) == blob(name)
+    check_rewritten_stores(server, b"ONNX", MODELS, before, blob)
     server.restart()
     con = server.client()
     check_models(con, before)
@@ -683,16 +687,12 @@ PT_MODELS = {  # key: (file, options, device)
 def pt_populate(con):
     for key, (name, opts, dev) in PT_MODELS.items():
         pt_store(con, key, name, *opts, device=dev)
-    return pt_snapshot(con)
-
-
-def pt_snapshot(con, keys=PT_MODELS):
-    return {k: (con.type(k), con.execute_command("AI.MODELGET", k, "META", "BLOB")) for k in keys}
+    return snapshot(con, PT_MODELS)
 
 
 def pt_check_models(con, before):
     """Same META and BLOB as before, fresh AI.INFO entries, all executable with the right results."""
-    assert pt_snapshot(con) == before
+    assert snapshot(con, PT_MODELS) == before
     for k, (name, _, _) in PT_MODELS.items():
         assert before[k][1][17] == pt_blob(name)
         info = ai_info(con, k)
@@ -729,18 +729,7 @@ def test_aof_rewrite_torch(server):
     con = server.client()
     before = pt_populate(con)
     bgrewriteaof(server, con)
-    base, _ = aof_files(server)
-    assert base.suffix == ".aof", base
-    stores = {c[1].decode(): c for c in aof_commands(server, "base") if c[0].upper() == b"AI.MODELSTORE"}
-    assert set(stores) == set(PT_MODELS)
-    for key, (name, _, dev) in PT_MODELS.items():
-        meta = before[key][1]
-        cmd = stores[key]
-        # AI.MODELSTORE <key> TORCH <device> TAG <tag> BATCHSIZE n MINBATCHSIZE m MINBATCHTIMEOUT t BLOB <chunk>...
-        assert cmd[1:13] == [key.encode(), b"TORCH", dev.encode(), b"TAG", meta[5], b"BATCHSIZE", str(meta[7]).encode(),
-                             b"MINBATCHSIZE", str(meta[9]).encode(), b"MINBATCHTIMEOUT", str(meta[15]).encode(),
-                             b"BLOB"], cmd[:13]
-        assert b"".join(cmd[13:]) == pt_blob(name)
+    check_rewritten_stores(server, b"TORCH", PT_MODELS, before, pt_blob)
     server.restart()
     con = server.client()
     pt_check_models(con, before)

@@ -232,6 +232,21 @@ unsafe fn adopt(
     }
 }
 
+/// The module's `n` input views at `views` as tensors (copies: the module keeps its buffers).
+/// # Safety
+/// `views` points to `n` valid `TensorView`s (or `n` is 0).
+unsafe fn input_tensors(views: *const TensorView, n: usize) -> Result<Vec<Tensor>, String> {
+    // SAFETY: the caller upholds this function's contract (its `# Safety` section).
+    let views = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(views, n) } };
+    // SAFETY: each view describes a live buffer of the module, as the caller's contract says.
+    views.iter().map(|v| unsafe { to_tensor(v) }).collect()
+}
+
+/// The tensors as the shim takes them: pointers to their `at::Tensor`s, valid while `tensors` lives.
+fn shim_pointers(tensors: &[Tensor]) -> Vec<*const c_void> {
+    tensors.iter().map(|t| t.as_ptr() as *const c_void).collect()
+}
+
 fn set_threads(intra: i32) {
     if intra > 0 {
         // Per OS thread in libtorch: set on the worker that runs.
@@ -333,9 +348,8 @@ pub unsafe extern "C" fn rai_torch_model_run(
     unsafe {
         guarded(err, || {
             set_threads(intra_threads);
-            let views = if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) };
-            let tensors = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
-            let ptrs: Vec<*const c_void> = tensors.iter().map(|t| t.as_ptr() as *const c_void).collect();
+            let tensors = input_tensors(inputs, ninputs)?;
+            let ptrs = shim_pointers(&tensors);
             let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
             let rc = rai_shim_module_forward(model, ptrs.as_ptr(), ptrs.len(), timeout_ms, &mut arr, &mut n, &mut e);
             if rc != 0 {
@@ -441,9 +455,8 @@ pub unsafe extern "C" fn rai_torch_script_run(
             set_threads(intra_threads);
             let name = CString::new(std::slice::from_raw_parts(function.ptr, function.len))
                 .map_err(|_| "bad function name".to_string())?;
-            let views = if ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(tensors, ntensors) };
-            let ts = views.iter().map(|v| to_tensor(v)).collect::<Result<Vec<_>, _>>()?;
-            let ptrs: Vec<*const c_void> = ts.iter().map(|t| t.as_ptr() as *const c_void).collect();
+            let ts = input_tensors(tensors, ntensors)?;
+            let ptrs = shim_pointers(&ts);
             let (kp, kl) = strs(keys, nkeys);
             let (ap, al) = strs(args, nargs);
             let (mut arr, mut n, mut e) = (std::ptr::null_mut(), 0usize, std::ptr::null_mut());
