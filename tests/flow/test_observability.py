@@ -221,6 +221,17 @@ def test_torch_errors_are_counted_by_kind(server):
         run("bad")
     f = info(con, "s")
     assert (f["errors"], f["errors_refused"], f["errors_timeout"], f["errors_backend"]) == (3, 1, 1, 1), f
+    # A model the kill switch stops inside a script's redisAI.model_execute: a timeout for both, in plain words.
+    pt_store(con, "slow", "torch_slow")
+    set_tensor(con, "x", np.random.default_rng(1).random((2048, 2048), dtype=np.float32))
+    con.execute_command("AI.SCRIPTSTORE", "n", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE",
+                        entry("f", "return redisAI.model_execute(keys[0], [tensors[0]], 1)[0]"))
+    with pytest.raises(redis.ResponseError, match=r"^TORCH: the run was cancelled after MODEL_EXECUTION_TIMEOUT "
+                                                  r"\(1000 ms\)$"):
+        con.execute_command("AI.SCRIPTEXECUTE", "n", "f", "KEYS", 1, "slow", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
+    for key in ("n", "slow"):
+        f = info(con, key)
+        assert (f["errors"], f["errors_timeout"]) == (1, 1), (key, f)
 
 
 def test_long_executions_reach_the_latency_monitor(server):
