@@ -215,17 +215,26 @@ fn command_flags(ctx: Ctx<'_>, name: &[u8]) -> Option<CommandFlags> {
     Some(flags)
 }
 
-/// Why `RedisModule_Call` returned no reply (Redis reports it through errno), in Redis's words.
-fn call_error() -> &'static str {
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::ENOENT) => "ERR unknown command",
-        Some(libc::EINVAL) => "ERR wrong number of arguments",
-        Some(libc::EACCES) => "NOPERM this user has no permissions to run this command or to access one of its keys",
-        Some(libc::ESPIPE) => "ERR This Redis command is not allowed from script",
-        Some(libc::ENOSPC) => "OOM command not allowed when used memory > 'maxmemory'.",
-        Some(libc::EROFS) => "ERR Write commands are not allowed from read-only scripts.",
-        Some(libc::ENETDOWN) | Some(libc::EPERM) => "ERR the command cannot run here (cluster or replica state)",
-        _ => "ERR the command could not be run",
+/// Why `RedisModule_Call` returned no reply (Redis reports it through errno). Where RedisAI could get there (an
+/// unknown command, a wrong number of arguments, a cluster that cannot take the command) its text is
+/// `strerror(errno)` ("Redis command returned an error: Invalid argument"), kept for clients that match it;
+/// where only this module's flags lead (`M`: over maxmemory, `W`: a write from a read-only run) Redis's own words.
+fn call_error() -> String {
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    match errno {
+        Some(libc::ENOSPC) => "OOM command not allowed when used memory > 'maxmemory'.".into(),
+        Some(libc::EROFS) => "ERR Write commands are not allowed from read-only scripts.".into(),
+        Some(code) => strerror(code),
+        None => "Unknown error".into(),
+    }
+}
+
+/// The C library's text for `code`, as `strerror` gives it (without Rust's " (os error N)").
+fn strerror(code: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(code).to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((head, _)) => head.to_string(),
+        None => text,
     }
 }
 

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from helpers.onnx_models import blob, get_tensor, set_tensor
-from helpers.torch_models import store_ext_script
+from helpers.torch_models import entry, store_ext_script
 
 
 def test_redis_execute_set_get(con):
@@ -40,6 +40,27 @@ def test_redis_execute_error(con):
         con.execute_command("AI.SCRIPTEXECUTE", "s", "failing", "KEYS", 1, "word", "INPUTS", 1, "t", "OUTPUTS", 1, "o")
     assert "Redis command returned an error: ERR value is not an integer or out of range" in str(e.value)
     assert con.exists("o") == 0
+    assert con.ping()
+
+
+def test_redis_execute_errors_in_redisais_words(con):
+    """RedisAI's texts (its test_torchscript_extensions.py::test_redis_error): a command Redis cannot run at all (a
+    wrong number of arguments, an unknown command) raises `strerror(errno)` of RedisModule_Call, a command that
+    runs and fails raises Redis's reply."""
+    src = (entry("arity", "redis.execute('SET', [keys[0]])", "return tensors[0]")
+           + entry("unknown", "redis.execute('NOSUCHCOMMAND', [keys[0]])", "return tensors[0]")
+           + entry("wrongtype", "redis.execute('GET', [keys[0]])", "return tensors[0]"))
+    con.execute_command("AI.SCRIPTSTORE", "e", "CPU", "ENTRY_POINTS", 3, "arity", "unknown", "wrongtype", "SOURCE", src)
+    set_tensor(con, "t", np.array([1.0], dtype=np.float32))
+    con.hset("hash", "f", "1")
+    for fn, key, text in [("arity", "x", "Redis command returned an error: Invalid argument"),
+                          ("unknown", "x", "Redis command returned an error: No such file or directory"),
+                          ("wrongtype", "hash", "Redis command returned an error: WRONGTYPE Operation against a key "
+                                                "holding the wrong kind of value")]:
+        with pytest.raises(redis.exceptions.ResponseError) as e:
+            con.execute_command("AI.SCRIPTEXECUTE", "e", fn, "KEYS", 1, key, "INPUTS", 1, "t", "OUTPUTS", 1, "o")
+        assert text in str(e.value), (fn, str(e.value))
+    assert con.exists("x") == 0 and con.exists("o") == 0
     assert con.ping()
 
 
