@@ -11,6 +11,7 @@ backend spend with one model.
 """
 import argparse
 import os
+import random
 import sys
 import time
 
@@ -21,14 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reliability"))
 import bench  # noqa: E402
 import crafted  # noqa: E402
-from helpers.torch_models import entry  # noqa: E402
 
 
 def torch_source(d):
-    body = "".join(f"def {name}(x: Tensor) -> Tensor:\n" + "".join(
-        f"    {line.replace('CALL(', '').replace(')(x)', '(x)')}\n" for line in lines) + "\n"
-        for name, lines in crafted.torch_fanout_functions(d))
-    return body + entry("f", "return h0(tensors[0])")
+    """The TorchScript fan-out of crafted.py as a script whose entry point `f` calls h0 on its input."""
+    gen = crafted.Crafted(random.Random(0), "bench:")
+    return gen.torch_code("fanout", ["return CALL(h0)(INPUT)"], crafted.torch_fanout_functions(d), what="script")[1]
 
 
 def backends():

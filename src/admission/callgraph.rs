@@ -13,11 +13,21 @@
 pub(crate) struct CallGraph {
     /// The levels a node uses by itself (≥ 1: its own body).
     base: Vec<u32>,
-    /// What a node holds by itself (its nodes or ops), for `expanded`.
+    /// What a node holds by itself (its nodes or ops), for `inlined`.
     weight: Vec<u64>,
     /// `(callee, level)`: the call sits `level` (≥ 1) levels into the caller, so the callee's body begins
     /// `level` levels below the caller's.
     calls: Vec<Vec<(usize, u32)>>,
+}
+
+/// Whether calls stay within a bound once expanded (`CallGraph::expansion`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Expansion {
+    Fits,
+    /// The calls of this node bring in more than the bound (the first such node in index order).
+    Node(usize),
+    /// The calls of the root (the model's or graph's own body, outside the call graph) do.
+    Root,
 }
 
 /// Why a call graph is refused.
@@ -58,7 +68,7 @@ impl CallGraph {
     /// node's own size is left out, so that a large model without calls is never refused for its size. Needs
     /// the `heights` of an acyclic graph: a callee is lower than its caller, so going up by height finds every
     /// callee done. Linear in nodes and calls (plus the sort), whatever the expansion.
-    pub(crate) fn inlined(&self, heights: &[u32]) -> Vec<u64> {
+    fn inlined(&self, heights: &[u32]) -> Vec<u64> {
         let mut order: Vec<usize> = (0..self.len()).collect();
         order.sort_by_key(|&v| heights[v]);
         let mut inlined = vec![0u64; self.len()];
@@ -71,8 +81,28 @@ impl CallGraph {
     }
 
     /// What calling `callee` once brings in: its own size and what its calls bring in.
-    pub(crate) fn call_size(&self, inlined: &[u64], callee: usize) -> u64 {
+    fn call_size(&self, inlined: &[u64], callee: usize) -> u64 {
         self.weight[callee].saturating_add(inlined[callee])
+    }
+
+    /// Whether every node's calls, and the root's (`root_calls`: the callees of a body outside the graph, once
+    /// per call), bring in at most `max` once expanded (`inlined`; `heights` of the acyclic graph).
+    pub(crate) fn expansion(
+        &self,
+        heights: &[u32],
+        root_calls: impl IntoIterator<Item = usize>,
+        max: u64,
+    ) -> Expansion {
+        let inlined = self.inlined(heights);
+        if let Some(v) = (0..self.len()).find(|&v| inlined[v] > max) {
+            return Expansion::Node(v);
+        }
+        let root = root_calls.into_iter().fold(0u64, |sum, f| sum.saturating_add(self.call_size(&inlined, f)));
+        if root > max {
+            Expansion::Root
+        } else {
+            Expansion::Fits
+        }
     }
 
     /// The height of every node (the levels it spans with everything it calls), or the first cycle or node
@@ -211,6 +241,11 @@ mod tests {
         (0..4).for_each(|v| d.weigh(v, 1));
         d.weigh(0, 1000);
         assert_eq!(d.inlined(&d.heights(8).unwrap()), vec![4, 1, 1, 0]);
+        // the bound: a node's calls first, then the root's
+        assert_eq!(d.expansion(&d.heights(8).unwrap(), [], 4), Expansion::Fits);
+        assert_eq!(d.expansion(&d.heights(8).unwrap(), [], 3), Expansion::Node(0));
+        assert_eq!(d.expansion(&d.heights(8).unwrap(), [1, 2], 4), Expansion::Fits);
+        assert_eq!(d.expansion(&d.heights(8).unwrap(), [1, 2, 1], 4), Expansion::Root);
         // saturates instead of overflowing
         let mut wide = CallGraph::new(2);
         wide.weigh(1, u64::MAX / 2);

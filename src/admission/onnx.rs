@@ -31,7 +31,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-use super::callgraph::{show_path, CallGraph, Refusal};
+use super::callgraph::{show_path, CallGraph, Expansion, Refusal};
 use super::protobuf::{fields, Value};
 use super::{show, Rejection};
 
@@ -267,15 +267,11 @@ impl<'a> Walker<'a> {
                 return too_deep(format!("the graph calls {}", show_fn(callee)));
             }
         }
-        let inlined = graph.inlined(&heights);
-        let whole = calls
-            .iter()
-            .filter(|&&(caller, _, _)| caller.is_none())
-            .fold(0u64, |sum, &(_, callee, _)| sum.saturating_add(graph.call_size(&inlined, callee)));
-        let what = match (0..names.len()).find(|&f| inlined[f] > MAX_EXPANDED_NODES) {
-            Some(f) => show_fn(f),
-            None if whole > MAX_EXPANDED_NODES => "the model".to_string(),
-            None => return Ok(()),
+        let root_calls = calls.iter().filter(|c| c.0.is_none()).map(|c| c.1);
+        let what = match graph.expansion(&heights, root_calls, MAX_EXPANDED_NODES) {
+            Expansion::Fits => return Ok(()),
+            Expansion::Node(f) => show_fn(f),
+            Expansion::Root => "the model".to_string(),
         };
         refused(format!(
             "ONNX model refused: {what} calls local functions that expand to more than {MAX_EXPANDED_NODES} nodes \

@@ -46,7 +46,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use super::callgraph::{show_path, CallGraph, Refusal};
+use super::callgraph::{show_path, CallGraph, Expansion, Refusal};
 use super::protobuf::{fields, Value};
 use super::show;
 
@@ -423,16 +423,11 @@ impl<'a> Checker<'_, 'a> {
         }
         let refusal = match graph.heights(MAX_CALL_DEPTH) {
             Ok(heights) => {
-                let inlined = graph.inlined(&heights);
-                let whole = calls
-                    .iter()
-                    .filter(|(caller, _)| caller.is_none())
-                    .filter_map(|(_, callee)| index(callee))
-                    .fold(0u64, |sum, f| sum.saturating_add(graph.call_size(&inlined, f)));
-                let what = match (0..names.len()).find(|&f| inlined[f] > MAX_EXPANDED_NODES) {
-                    Some(f) => format!("function '{}'", show(names[f])),
-                    None if whole > MAX_EXPANDED_NODES => "the graph".to_string(),
-                    None => return Ok(()),
+                let root_calls = calls.iter().filter(|c| c.0.is_none()).filter_map(|c| index(c.1));
+                let what = match graph.expansion(&heights, root_calls, MAX_EXPANDED_NODES) {
+                    Expansion::Fits => return Ok(()),
+                    Expansion::Node(f) => format!("function '{}'", show(names[f])),
+                    Expansion::Root => "the graph".to_string(),
                 };
                 format!(
                     "TF model refused: {what} calls functions that expand to more than {MAX_EXPANDED_NODES} nodes \

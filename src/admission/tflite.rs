@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use super::callgraph::{show_path, CallGraph, Refusal};
+use super::callgraph::{show_path, CallGraph, Expansion, Refusal};
 use super::show;
 
 /// Field ids (the n-th field of a table in schema.fbs; its vtable slot is 4 + 2n).
@@ -257,13 +257,13 @@ impl Calls {
     fn check(&self) -> Result<(), Stop> {
         let refusal = match self.graph.heights(MAX_SUBGRAPH_DEPTH) {
             Ok(heights) => {
-                let inlined = self.graph.inlined(&heights);
-                match (0..self.graph.len()).find(|&g| inlined[g] > MAX_EXPANDED_OPS) {
-                    None => return Ok(()),
-                    Some(g) => format!(
+                // every subgraph is checked as a caller: any may be a signature's entry
+                match self.graph.expansion(&heights, [], MAX_EXPANDED_OPS) {
+                    Expansion::Node(g) => format!(
                         "TFLITE model refused: the control-flow ops of subgraph {g} run more than \
                          {MAX_EXPANDED_OPS} ops of other subgraphs in one pass (the calls fan out)"
                     ),
+                    Expansion::Fits | Expansion::Root => return Ok(()),
                 }
             }
             Err(Refusal::Cycle(path)) => format!(

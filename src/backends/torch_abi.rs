@@ -9,6 +9,7 @@ use std::ffi::{c_char, c_void};
 
 /// Bumped on every change of the functions or structs below; both sides check it.
 /// 4: runs take MODEL_EXECUTION_TIMEOUT; configure takes the memory bound and can fail; `rai_torch_memory`.
+/// 7: a failure returns its kind (`FAILED`, `REFUSED`, `TIMED_OUT`, ...), never left to be read from its text.
 pub const ABI_VERSION: u32 = 7;
 
 /// A tensor lent to the backend for one call. `dtype` is the index in `DataType::ALL`.
@@ -137,8 +138,9 @@ pub const OVER_MEMORY: i32 = 5;
 /// GPU:n asked for and not there.
 pub const NO_GPU: i32 = 6;
 
-/// Returns 0 with the outputs, 1 with an error in `err`, or `SCRIPT_NON_TENSOR` (with RedisAI's message in
-/// `err`) when the function returned something other than tensors: the module decides whether that is an error.
+/// Returns 0 with the outputs, a failure's kind with its text in `err`, or `SCRIPT_NON_TENSOR` (with RedisAI's
+/// message in `err`) when the function returned something other than tensors: the module decides whether that is
+/// an error.
 pub type ScriptRunFn = unsafe extern "C" fn(
     script: *mut c_void,
     function: StrView,

@@ -39,7 +39,7 @@ pub(super) fn run_batch(model: &Arc<Model>, requests: Vec<(Tensors, Req)>) -> Ve
         };
         let outs = model.loaded()?.run(&joined.iter().collect::<Vec<_>>())?;
         if outs.len() != outputs {
-            return Err(Error::Mismatch("Model did not generate the expected number of outputs".into()));
+            return Err(wrong_output_count());
         }
         if outs.iter().any(|t| t.dim0() != total as i64) {
             return Err(Error::Mismatch("Model did not generate the expected batch size".into()));
@@ -77,6 +77,11 @@ pub(super) fn run_batch(model: &Arc<Model>, requests: Vec<(Tensors, Req)>) -> Ve
         results.push(mine);
     }
     results
+}
+
+/// RedisAI's error for a model that returned another number of outputs than it declares.
+fn wrong_output_count() -> Error {
+    Error::Mismatch("Model did not generate the expected number of outputs".into())
 }
 
 /// The stats of the model or script an op runs.
@@ -178,13 +183,7 @@ pub(super) fn run_model(
         Ok(m) => runner(m, &refs)?,
         Err(e) => Err(e),
     }
-    .and_then(|outs| {
-        if outs.len() == noutputs {
-            Ok(outs)
-        } else {
-            Err(Error::Mismatch("Model did not generate the expected number of outputs".into()))
-        }
-    });
+    .and_then(|outs| if outs.len() == noutputs { Ok(outs) } else { Err(wrong_output_count()) });
     let end = Instant::now();
     let sample = match &result {
         Ok(outs) => Sample::Success {

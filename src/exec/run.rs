@@ -473,7 +473,10 @@ pub fn step_batch(entries: Vec<Entry>) {
             (entry, (inputs, req))
         })
         .unzip();
-    for (entry, result) in entries.into_iter().zip(op::run_batch(&model, requests)) {
+    let results = op::run_batch(&model, requests);
+    // Not kept past the replies: a model deleted meanwhile is freed here, not after the last one.
+    drop(model);
+    for (entry, result) in entries.into_iter().zip(results) {
         entry.complete(result);
     }
 }

@@ -59,7 +59,7 @@ from helpers.onnx_models import blob as onnx_blob  # noqa: E402
 from helpers.resp import RespError  # noqa: E402
 from helpers.torch_models import entry, pt_blob  # noqa: E402
 from helpers.rdb import model_payload  # noqa: E402
-from helpers.tflite_models import _flatbuffer  # noqa: E402
+from helpers.tflite_models import _flatbuffer, fanout_model as tflite_fanout_model  # noqa: E402
 
 BACKEND_CODE = {"TF": 0, "TFLITE": 1, "TORCH": 2, "ONNX": 3}  # in RDB / DUMP payloads
 TF_CALL_DEPTH, TFLITE_DEPTH, ONNX_DEPTH, TORCH_NESTING = 32, 32, 64, 256  # docs/security.md
@@ -409,26 +409,6 @@ def tf_fanout_graph(d, fan, mech=lambda: "PartitionedCall"):
             ret = "s:sum:0"
         functions.append(tf_function(f"f{i}", nodes, ret))
     return tf_graph([tfg.placeholder("x", F), tf_call("y", "x", "f0", "PartitionedCall")[0][0]], functions)
-
-
-def tflite_fanout_model(d, fan):
-    """A TFLITE model whose subgraph i runs subgraph i + 1 from `fan` IF ops (their sum), d levels, then a leaf
-    (y = 2x): fan^d runs of the leaf; o = i * 2 * fan^d."""
-    subgraphs = []
-    for i in range(d):
-        tensors = [tfl_tensor("x", TFL_I32, [1]), tfl_tensor("c", TFL_BOOL, [1], buffer=1)]
-        tensors += [tfl_tensor(f"r{k}", TFL_I32, [1]) for k in range(fan)]
-        tensors += [tfl_tensor(f"s{k}", TFL_I32, [1]) for k in range(fan - 1)]
-        table = [(0, "i32", i + 1), (1, "i32", i + 1)]
-        ops = [tfl_op(0, [1, 0], [2 + k], (False, 92, table)) for k in range(fan)]
-        acc = 2
-        for k in range(1, fan):
-            ops.append(tfl_op(1, [acc, 2 + k], [2 + fan + k - 1]))
-            acc = 2 + fan + k - 1
-        subgraphs.append(tfl_subgraph(f"s{i}", tensors, [0], [acc], ops))
-    subgraphs.append(tfl_subgraph("leaf", [tfl_tensor("x", TFL_I32, [1]), tfl_tensor("y", TFL_I32, [1])], [0],
-                                  [1], [tfl_op(1, [0, 0], [1])]))
-    return tfl_model(["IF", "ADD"], subgraphs, [b"\x01"])
 
 
 def onnx_model(nodes, inputs, outputs, functions=(), domains=("local.fn",)):

@@ -59,6 +59,10 @@ std::string who(bool script) { return script ? "TORCH script refused: " : "TORCH
 }  // namespace
 
 void check_calls(const std::vector<Function*>& fns, bool script) {
+  auto too_deep = [&](Function* from) {
+    throw Refused(who(script) + "its calls nest deeper than " + std::to_string(kMaxCallDepth) + " functions (from '" +
+                  from->qualname().qualifiedName() + "')");
+  };
   struct Info {
     enum { kOnPath, kDone } state;
     uint32_t height = 1;
@@ -82,15 +86,13 @@ void check_calls(const std::vector<Function*>& fns, bool script) {
         Function* c = body.calls[top.next++];
         auto it = info.find(c);
         if (it == info.end()) {
-          if (path.size() >= kMaxCallDepth) {
-            throw Refused(who(script) + "its calls nest deeper than " + std::to_string(kMaxCallDepth) +
-                          " functions (from '" + path.front().fn->qualname().qualifiedName() + "')");
-          }
+          if (path.size() >= kMaxCallDepth) too_deep(path.front().fn);
           info[c] = {Info::kOnPath};
           bodies.emplace(c, body_of(c));
           path.push_back({c, 0});
         } else if (it->second.state == Info::kOnPath) {
-          throw Refused(who(script) + "function '" + c->qualname().qualifiedName() + "' calls itself: recursive calls are not allowed");
+          throw Refused(who(script) + "function '" + c->qualname().qualifiedName() +
+                        "' calls itself: recursive calls are not allowed");
         }
         continue;
       }
@@ -101,13 +103,11 @@ void check_calls(const std::vector<Function*>& fns, bool script) {
         height = std::max(height, ci.height + 1);
         size = ci.size > UINT64_MAX - size ? UINT64_MAX : size + ci.size;
       }
-      if (height > kMaxCallDepth) {
-        throw Refused(who(script) + "its calls nest deeper than " + std::to_string(kMaxCallDepth) +
-                      " functions (from '" + top.fn->qualname().qualifiedName() + "')");
-      }
+      if (height > kMaxCallDepth) too_deep(top.fn);
       if (size - body.nodes > kMaxInlinedNodes) {  // what its calls bring in; its own nodes run anyway
-        throw Refused(who(script) + "function '" + top.fn->qualname().qualifiedName() + "' calls functions that inline to more than " +
-                      std::to_string(kMaxInlinedNodes) + " nodes (the calls fan out)");
+        throw Refused(who(script) + "function '" + top.fn->qualname().qualifiedName() +
+                      "' calls functions that inline to more than " + std::to_string(kMaxInlinedNodes) +
+                      " nodes (the calls fan out)");
       }
       info[top.fn] = {Info::kDone, height, size};
       path.pop_back();

@@ -75,19 +75,19 @@ thread_local int tl_depth = 0;  // RunScopes open on this thread (a script's mod
 // What the loops running on this thread use from outside themselves (redisai::loop_enter), innermost last.
 thread_local std::vector<std::vector<c10::IValue>> tl_loops;
 
-[[noreturn]] void timed_out() {
-  const std::string text = std::string(kTimeoutError) + " (" + std::to_string(tl_run.timeout_ms) + " ms)";
-  tl_stop = {kTimedOutCode, text};
+// Stops the run with `text`, recorded as a failure of kind `code` for failure().
+[[noreturn]] void stop(int code, const std::string& text) {
+  tl_stop = {code, text};
   TORCH_CHECK(false, text);
   throw std::logic_error("unreachable");
 }
 
-// A value nested too deep or containing itself: refused, in the sandbox's words.
-[[noreturn]] void value_bound(const std::string& text) {
-  tl_stop = {kFailedCode, text};
-  TORCH_CHECK(false, text);
-  throw std::logic_error("unreachable");
+[[noreturn]] void timed_out() {
+  stop(kTimedOutCode, std::string(kTimeoutError) + " (" + std::to_string(tl_run.timeout_ms) + " ms)");
 }
+
+// A value nested too deep or containing itself: refused, in the sandbox's words.
+[[noreturn]] void value_bound(const std::string& text) { stop(kFailedCode, text); }
 
 }  // namespace
 

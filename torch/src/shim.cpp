@@ -1,8 +1,9 @@
 // A thin C layer over torch::jit for what tch does not expose: a module's forward() argument names and
 // return arity, TorchScript compilation (torch::jit::compile) and calling a compiled function.
 // Every function catches every C++ exception (c10::Error, std::exception, anything else) and returns its kind (the
-// codes of src/backends/torch_abi.rs) with its message through `err` (malloc'd), and is noexcept: nothing may unwind into the Rust caller, where it would be undefined
-// behaviour (a throw that escaped a catch would end in std::terminate instead).
+// codes of src/backends/torch_abi.rs) with its message through `err` (malloc'd), and is noexcept: nothing may
+// unwind into the Rust caller, where it would be undefined behaviour (a throw that escaped a catch would end in
+// std::terminate instead).
 // Every model and script goes through the sandbox (sandbox.cpp) before it runs, and every run has a deadline.
 
 #include "sandbox.h"
@@ -326,12 +327,12 @@ void* rai_shim_script_compile(const char* src, size_t len, int gpu, char** err, 
   try {
     auto cu = std::make_shared<torch::jit::CompilationUnit>();
     // TorchScript's parser wants a final newline, which clients (and `$(...)` in shells) often drop.
-    std::string code(src, len);
-    if (code.empty() || code.back() != '\n') code += '\n';
+    std::string source(src, len);
+    if (source.empty() || source.back() != '\n') source += '\n';
     rai::on_compile_stack([&] {
       rai::QuietScope quiet;
-      rai::check_script_source(code);
-      cu->define(std::nullopt, code, std::make_shared<Resolver>(), nullptr);
+      rai::check_script_source(source);
+      cu->define(std::nullopt, source, std::make_shared<Resolver>(), nullptr);
       rai::admit_script(*cu);
     });
     return new Script{cu, device(gpu)};

@@ -110,19 +110,23 @@ def while_model(body=2):
                         (3, "str", "redisai-rs while"), (4, "tables", buffers)])
 
 
-def fanout_model(levels):
-    """x: INT32 [1] -> y = x * 2^(levels + 1): subgraph i (i < levels) runs subgraph i + 1 from two IFs (both
+def fanout_model(levels, fan=2):
+    """x: INT32 [1] -> y = x * 2 * fan^levels: subgraph i (i < levels) runs subgraph i + 1 from `fan` IFs (both
     branches the same, the condition a constant true) and adds their results; subgraph `levels` is y = x + x. A
-    few KB running 2^levels subgraphs a pass: each level is three ops and the leaf one, so the IFs of subgraph 0
-    run 4 * 2^levels - 6 ops of other subgraphs (65,530 at 14 levels)."""
+    few KB running fan^levels subgraphs a pass: each level is `fan` IFs and `fan - 1` ADDs and the leaf one ADD
+    (with fan 2, the IFs of subgraph 0 run 4 * 2^levels - 6 ops of other subgraphs: 65,530 at 14 levels)."""
     subgraphs = []
     for i in range(levels):
-        tensors = [_tensor("x", INT32), _tensor("c", BOOL, 1), _tensor("r0", INT32), _tensor("r1", INT32),
-                   _tensor("y", INT32)]
+        tensors = [_tensor("x", INT32), _tensor("c", BOOL, 1)] + [_tensor(f"r{k}", INT32) for k in range(fan)]
+        tensors += [_tensor(f"s{k}", INT32) for k in range(1, fan)]
         if_op = lambda out: [(0, "u32", 0), (1, "ints", [1, 0]), (2, "ints", [out]), (3, "u8", IF_OPTIONS),  # noqa
                              (4, "table", [(0, "i32", i + 1), (1, "i32", i + 1)])]
-        add = [(0, "u32", 1), (1, "ints", [2, 3]), (2, "ints", [4])]
-        subgraphs.append(_subgraph(f"s{i}", tensors, [0], [4], [if_op(2), if_op(3), add]))
+        ops = [if_op(2 + k) for k in range(fan)]
+        acc = 2
+        for k in range(1, fan):  # r0 + r1 -> s1, s1 + r2 -> s2, ...
+            ops.append([(0, "u32", 1), (1, "ints", [acc, 2 + k]), (2, "ints", [1 + fan + k])])
+            acc = 1 + fan + k
+        subgraphs.append(_subgraph(f"s{i}", tensors, [0], [acc], ops))
     subgraphs.append(_subgraph("leaf", [_tensor("x", INT32), _tensor("y", INT32)], [0], [1],
                                [[(0, "u32", 1), (1, "ints", [0, 0]), (2, "ints", [1])]]))
     codes = [[(0, "i8", min(code, 127)), (2, "i32", 1), (3, "i32", code)] for code in (IF, ADD)]
