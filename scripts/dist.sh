@@ -4,6 +4,7 @@
 #
 #   redisai-rs-<version>-linux-x86_64/
 #     redisai.so                                      the module (libredisai.so)
+#     include/redisai.h                               the low-level API's header
 #     backends/redisai_onnxruntime/redisai_onnxruntime.so   ONNX Runtime
 #     backends/redisai_tensorflow/redisai_tensorflow.so     TensorFlow (+ libtensorflow_framework.so.2)
 #     backends/redisai_tflite/redisai_tflite.so             LiteRT
@@ -33,6 +34,9 @@ mkdir -p "$root/backends"/{redisai_onnxruntime,redisai_tensorflow,redisai_tflite
 
 # The module without its debug information (the build keeps it for backtraces: 20 MB of the 22).
 strip --strip-debug -o "$root/redisai.so" "$release/libredisai.so"
+# The low-level API's header, for modules built against it (docs/commands.md, "Low-level API").
+mkdir -p "$root/include"
+cp "$repo/include/redisai.h" "$root/include/"
 
 ort=$(backend onnxruntime)/lib
 cp "$(realpath "$ort/libonnxruntime.so")" "$root/backends/redisai_onnxruntime/redisai_onnxruntime.so"

@@ -111,6 +111,13 @@ pub fn element_count(dtype: DataType, shape: &[i64]) -> Result<usize> {
     }
 }
 
+/// A number written into a tensor element (the low-level API's setters).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    F64(f64),
+    I64(i64),
+}
+
 /// One element as a client sees it in a VALUES reply.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value<'a> {
@@ -360,6 +367,72 @@ impl Tensor {
         Ok(Tensor::assemble(self.dtype, &shape, &[], &[&data[start * row_bytes..(start + rows) * row_bytes]]))
     }
 
+    /// The data, writable (the low-level API's `RedisAI_TensorData` on a tensor nobody else holds). Adopted
+    /// bytes are copied in first.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        if self.external.is_some() {
+            let owned = Tensor::assemble(self.dtype, self.shape(), self.offsets(), &[self.data()]);
+            *self = owned;
+        }
+        let len = self.data().len();
+        let header = self.header();
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words[header..])[..len]
+    }
+
+    /// Replaces the data with `blob`, checked as a BLOB of this tensor's type and shape.
+    pub fn set_data(&mut self, blob: &[u8]) -> Result<()> {
+        *self = Tensor::from_blob(self.dtype, self.shape(), blob)?;
+        Ok(())
+    }
+
+    /// Element `i` as a double (not for STRING).
+    pub fn get_f64(&self, i: usize) -> Option<f64> {
+        match (i < self.len()).then(|| self.value_at(i))? {
+            Value::Double(d) => Some(d),
+            Value::Int(n) => Some(n as f64),
+            Value::Str(_) => None,
+        }
+    }
+
+    /// Element `i` as an integer (not for STRING; a floating value is truncated, as a C cast does).
+    pub fn get_i64(&self, i: usize) -> Option<i64> {
+        match (i < self.len()).then(|| self.value_at(i))? {
+            Value::Double(d) => Some(d as i64),
+            Value::Int(n) => Some(n),
+            Value::Str(_) => None,
+        }
+    }
+
+    /// Sets element `i`, converted to the tensor's type as a C cast would (a BOOL takes 0 or 1 only).
+    pub fn set_number(&mut self, i: usize, v: Number) -> Result<()> {
+        if i >= self.len() || self.dtype == DataType::String {
+            return Err(Error::InvalidValue);
+        }
+        let (f, n) = match v {
+            Number::F64(f) => (f, f as i64),
+            Number::I64(n) => (n as f64, n),
+        };
+        let mut b = [0u8; 8];
+        let bytes: &[u8] = match self.dtype {
+            DataType::Float => {
+                b[..4].copy_from_slice(&(f as f32).to_le_bytes());
+                &b[..4]
+            }
+            DataType::Double => {
+                b = f.to_le_bytes();
+                &b[..]
+            }
+            DataType::Bool if !(0..=1).contains(&n) => return Err(Error::BoolValue),
+            t => {
+                b = n.to_le_bytes();
+                &b[..t.elem_size()]
+            }
+        };
+        let size = bytes.len();
+        self.data_mut()[i * size..(i + 1) * size].copy_from_slice(bytes);
+        Ok(())
+    }
+
     /// Heap bytes held, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Tensor>()
@@ -474,6 +547,41 @@ fn parse_int_in_range(dtype: DataType, s: &[u8]) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn elements_set_and_read_as_numbers() {
+        let mut t = Tensor::zeros(DataType::Float, vec![2, 2]).unwrap();
+        t.set_number(1, Number::F64(2.5)).unwrap();
+        t.set_number(2, Number::I64(-3)).unwrap();
+        assert_eq!(t.get_f64(1), Some(2.5));
+        assert_eq!(t.get_i64(2), Some(-3));
+        assert_eq!(t.get_f64(4), None);
+        assert!(t.set_number(4, Number::F64(1.0)).is_err());
+        let mut b = Tensor::zeros(DataType::Bool, vec![2]).unwrap();
+        assert!(b.set_number(0, Number::I64(2)).is_err());
+        b.set_number(0, Number::I64(1)).unwrap();
+        assert_eq!(b.data(), &[1, 0]);
+        let mut i8t = Tensor::zeros(DataType::Int8, vec![1]).unwrap();
+        i8t.set_number(0, Number::I64(-2)).unwrap();
+        assert_eq!(i8t.get_i64(0), Some(-2));
+        let s = Tensor::zeros(DataType::String, vec![1]).unwrap();
+        assert_eq!(s.get_f64(0), None);
+    }
+
+    #[test]
+    fn data_is_replaced_only_by_a_valid_blob() {
+        let mut t = Tensor::zeros(DataType::Bool, vec![2]).unwrap();
+        assert!(t.set_data(&[2, 0]).is_err());
+        assert!(t.set_data(&[1]).is_err());
+        t.set_data(&[1, 1]).unwrap();
+        assert_eq!(t.data(), &[1, 1]);
+        t.data_mut()[0] = 0;
+        assert_eq!(t.data(), &[0, 1]);
+        let mut s = Tensor::zeros(DataType::String, vec![2]).unwrap();
+        assert!(s.set_data(b"one\0").is_err());
+        s.set_data(b"one\0two\0").unwrap();
+        assert_eq!(s.string_at(1), b"two");
+    }
 
     fn vals(v: &[&str]) -> Vec<Vec<u8>> {
         v.iter().map(|s| s.as_bytes().to_vec()).collect()

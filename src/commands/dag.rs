@@ -69,7 +69,8 @@ fn counted_keys<'a>(argv: &[&'a [u8]], pos: usize, what: &str, mismatch: &str) -
     argv.get(pos + 2..pos + 2 + n).map(|keys| keys.iter().copied().collect()).ok_or_else(|| err(mismatch))
 }
 
-enum Parsed<'a> {
+/// One op of a DAG as parsed, its names borrowed from the command's words.
+pub enum Parsed<'a> {
     Set { key: &'a [u8], tensor: Tensor },
     Get { key: &'a [u8], format: GetFormat },
     Model { model: Arc<Model>, inputs: Keys<'a>, outputs: Keys<'a> },
@@ -171,8 +172,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
     if !kind.deprecated() && argv.len() < 6 {
         return Err(err(&format!("missing arguments for '{}' command", kind.name())));
     }
-    let mut plan = Plan::default();
-    let mut names = Names::default();
+    let mut planner = Planner::default();
     let mut persist = Keys::new();
     let (mut seen_load, mut seen_persist, mut seen_routing, mut seen_timeout) = (false, false, false, false);
     let mut pos = 1;
@@ -187,10 +187,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
                 "number of keys to LOAD into DAG does not match the number of given arguments",
             )?;
             for key in &keys {
-                let t = r.tensor(key)?;
-                let s = plan.new_slot();
-                plan.loaded.push((s, t));
-                names.insert(key, s);
+                planner.load(key, r.tensor(key)?);
             }
             pos += 2 + keys.len();
         } else if is_keyword(arg, "PERSIST") && !seen_persist {
@@ -214,7 +211,7 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
             pos += 2;
         } else if is_keyword(arg, "TIMEOUT") && !seen_timeout {
             seen_timeout = true;
-            plan.timeout = Some(parse_timeout(argv.get(pos + 1))?);
+            planner.plan.timeout = Some(parse_timeout(argv.get(pos + 1))?);
             pos += 2;
         } else {
             return Err(err(&format!("Invalid DAG command. Unexpected argument:  {}", String::from_utf8_lossy(arg))));
@@ -241,36 +238,104 @@ pub fn parse_dag(argv: &[&[u8]], kind: DagKind, r: &dyn Resolver) -> Result<Plan
     }
 
     for p in parsed {
-        match p {
-            Parsed::Set { key, tensor } => {
-                let s = plan.new_slot();
-                plan.loaded.push((s, Arc::new(tensor)));
-                names.insert(key, s);
-                plan.replies.push(ReplyItem::Ok);
-            }
-            Parsed::Get { key, format } => {
-                let slot = names.get(key).ok_or_else(|| err("INPUT key cannot be found in DAG"))?;
-                plan.replies.push(ReplyItem::Get { slot, format });
-            }
-            Parsed::Model { model, inputs, outputs } => {
-                let (inputs, outputs) = bind(&mut plan, &mut names, &inputs, &outputs)?;
-                let device = model.spec.device.queue_key();
-                plan.replies.push(ReplyItem::Op(plan.ops.len()));
-                plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
-            }
-            Parsed::Script { script, call } => {
-                let (inputs, outputs) = bind(&mut plan, &mut names, &call.inputs, &call.outputs)?;
-                let device = script.queue_key();
-                plan.replies.push(ReplyItem::Op(plan.ops.len()));
-                plan.ops.push(Op { kind: OpKind::script(script, call.op_args(), inputs, outputs), device });
-            }
-        }
+        planner.add(p)?;
     }
     for key in persist {
-        let slot = names.get(key).ok_or_else(|| err("PERSIST key cannot be found in DAG"))?;
-        plan.persist.push((crate::commands::tensor::Word::from_slice(key), slot));
+        let slot = planner.names.get(key).ok_or_else(|| err("PERSIST key cannot be found in DAG"))?;
+        planner.plan.persist.push((crate::commands::tensor::Word::from_slice(key), slot));
     }
-    Ok(plan)
+    Ok(planner.plan)
+}
+
+/// Turns the words of a DAG's ops (`|> op ... |> op ...`, as the low-level API's `DAGAddOpsFromString` takes
+/// them) into parsed ops: all of them or an error.
+pub fn parse_dag_ops<'a>(words: &[&'a [u8]], r: &dyn Resolver) -> Result<Vec<Parsed<'a>>> {
+    if words.first() != Some(&SEP) {
+        return Err(plain("DAG op should start with: '|>' "));
+    }
+    if words.iter().filter(|a| **a == SEP).count() > MAX_DAG_OPS {
+        return Err(err(&format!("DAG has too many operations (the limit is {MAX_DAG_OPS})")));
+    }
+    words[1..]
+        .split(|a| *a == SEP)
+        .map(|op| {
+            if op.is_empty() {
+                Err(err("Invalid DAG command. Unexpected argument:  |>"))
+            } else {
+                parse_op(op, DagKind::Execute, r)
+            }
+        })
+        .collect()
+}
+
+/// A plan being built from named ops, in DAG order: each input is the current value of its name, each output
+/// a fresh slot that the name then points to (single assignment, so reusing a name never clobbers a value an
+/// earlier op still reads). AI.DAGEXECUTE and the low-level API's DAGs both plan through it.
+#[derive(Default)]
+pub struct Planner<'a> {
+    pub plan: Plan,
+    names: Names<'a>,
+}
+
+impl<'a> Planner<'a> {
+    /// A tensor present before the run (LOAD): no reply of its own.
+    pub fn load(&mut self, name: &'a [u8], tensor: Arc<Tensor>) {
+        let s = self.plan.new_slot();
+        self.plan.loaded.push((s, tensor));
+        self.names.insert(name, s);
+    }
+
+    /// A TENSORSET: the tensor under `name`, answered `OK`.
+    pub fn set(&mut self, name: &'a [u8], tensor: Arc<Tensor>) {
+        self.load(name, tensor);
+        self.plan.replies.push(ReplyItem::Ok);
+    }
+
+    /// A model op over named tensors.
+    pub fn model(&mut self, model: Arc<Model>, inputs: &[&'a [u8]], outputs: &[&'a [u8]]) -> Result<()> {
+        let (inputs, outputs) = bind(&mut self.plan, &mut self.names, inputs, outputs)?;
+        let device = model.spec.device.queue_key();
+        self.plan.replies.push(ReplyItem::Op(self.plan.ops.len()));
+        self.plan.ops.push(Op { kind: OpKind::Model { model, inputs, outputs }, device });
+        Ok(())
+    }
+
+    /// A script op over named tensors.
+    pub fn script(
+        &mut self,
+        script: Arc<Script>,
+        call: crate::exec::dag::ScriptArgs,
+        inputs: &[&'a [u8]],
+        outputs: &[&'a [u8]],
+    ) -> Result<()> {
+        let (inputs, outputs) = bind(&mut self.plan, &mut self.names, inputs, outputs)?;
+        let device = script.queue_key();
+        self.plan.replies.push(ReplyItem::Op(self.plan.ops.len()));
+        self.plan.ops.push(Op { kind: OpKind::script(script, call, inputs, outputs), device });
+        Ok(())
+    }
+
+    /// One parsed op, in DAG order.
+    pub fn add(&mut self, p: Parsed<'a>) -> Result<()> {
+        match p {
+            Parsed::Set { key, tensor } => self.set(key, Arc::new(tensor)),
+            Parsed::Get { key, format } => {
+                let slot = self.names.get(key).ok_or_else(|| err("INPUT key cannot be found in DAG"))?;
+                self.plan.replies.push(ReplyItem::Get { slot, format });
+            }
+            Parsed::Model { model, inputs, outputs } => self.model(model, &inputs, &outputs)?,
+            Parsed::Script { script, call } => {
+                let args = crate::exec::dag::ScriptArgs {
+                    function: call.function,
+                    style: call.style,
+                    keys: &call.keys,
+                    args: &call.args,
+                };
+                self.script(script, args, &call.inputs, &call.outputs)?
+            }
+        }
+        Ok(())
+    }
 }
 
 /// DAG-local names and the slot each one holds now: a short list for the usual few names, a hash map once a
@@ -376,7 +441,7 @@ pub fn dag_key_positions(argv: &[&[u8]]) -> Vec<(usize, KeyAccess)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backends::LoadedModel;
     use crate::device::Device;
@@ -396,7 +461,8 @@ mod tests {
         }
     }
 
-    struct Fake;
+    /// A keyspace of a FLOAT tensor `t`, models `m` (CPU) and `m1` (CPU:1) of one input and one output.
+    pub(crate) struct Fake;
     impl Resolver for Fake {
         fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
             match key {

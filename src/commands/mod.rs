@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod dag;
+pub mod dag_builder;
 pub mod model;
 pub mod script;
 pub mod tensor;

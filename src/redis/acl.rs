@@ -62,7 +62,7 @@ impl Drop for User {
 }
 
 /// The refusal of a callback made for an unknown user (a run whose caller was not looked up).
-fn no_user() -> String {
+pub fn no_user() -> String {
     "NOPERM no ACL user is known for this call".into()
 }
 

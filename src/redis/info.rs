@@ -24,7 +24,7 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_section(ctx, Some("versions"));
         raw::add_info_field_str(ctx, "RedisAI_version", "1.2.7");
         // RedisAI's value; this module exports no low-level API to other modules (docs/commands.md, AI.INFO).
-        raw::add_info_field_long_long(ctx, "low_level_API_version", 1);
+        raw::add_info_field_long_long(ctx, "low_level_API_version", super::llapi::VERSION as i64);
         raw::add_info_field_long_long(ctx, "rdb_version", crate::rdb::ENCVER as i64);
 
         raw::add_info_section(ctx, Some("git"));

@@ -32,6 +32,7 @@ pub mod info;
 pub mod io;
 pub mod keyspace;
 pub mod latency;
+pub mod llapi;
 pub mod memory;
 pub mod model_type;
 pub mod module;

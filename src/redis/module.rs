@@ -115,6 +115,12 @@ fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) ->
         }
     }
 
+    // RedisAI's low-level API for other modules (llapi/): all of it or the load fails, as a client module's
+    // RedisAI_Initialize needs every function.
+    if !super::llapi::export(ctx) {
+        log_warning("redisai: cannot export the low-level API");
+        return ERR;
+    }
     admin_categories(ctx);
     raw::register_info_function(ctx.as_ptr(), Some(info::info_func));
     // RedisAI made the CPU queue (and its workers) at load: INFO lists `ai_queue_CPU_bthread_n1_used_cpu_total`

@@ -37,6 +37,11 @@ unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
 /// also when `f` panics; a thread that already holds it (none should: callbacks run on workers) is refused
 /// rather than left waiting for itself.
 fn locked<R>(caller: &Caller, f: impl FnOnce(Ctx<'_>) -> Result<R>) -> Result<R> {
+    // No user, no callback: refused before taking the lock, whose holder may be waiting for this very run (a
+    // module that runs a script through the low-level API and waits on Redis's main thread).
+    if caller.user.is_none() {
+        return Err(Error::Permission { text: acl::no_user(), prefixed: false });
+    }
     let gil = Gil::lock().map_err(|_| Error::Internal("the Redis lock is already held by this thread".into()))?;
     // SAFETY: the context is locked by `gil` for the call.
     unsafe { api!(RedisModule_SelectDb)(gil.ctx().as_ptr(), caller.db) };
