@@ -53,10 +53,12 @@ DIST_DIR := $(CURDIR)/target/dist
 DIST_TARBALL = $(DIST_DIR)/redisai-rs-$(shell awk -F'"' '/^version = / { print $$2; exit }' Cargo.toml)-linux-x86_64.tar.gz
 # `make wheel` writes the one redisai_rs-<version>-py3-none-manylinux_2_<n>_x86_64.whl here.
 WHEEL_DIR := $(CURDIR)/target/wheel
+# The C client module of the low-level API's flow tests (tests/llapi/llapi_test.c, tests/flow/test_llapi.py).
+LLAPI_MODULE := $(CURDIR)/target/llapi/libllapi_test.so
 PYTEST_ENV := REDISAI_MODULE=$(MODULE) REDISAI_ONNX_LIB=$(ORT_LIB) REDISAI_TF_LIB=$(TF_LIB) REDISAI_TFLITE_LIB=$(TFLITE_LIB) \
-  REDISAI_DIST=$(DIST_TARBALL) REDISAI_WHEEL=$(WHEEL_DIR)
+  REDISAI_DIST=$(DIST_TARBALL) REDISAI_WHEEL=$(WHEEL_DIR) REDISAI_LLAPI_MODULE=$(LLAPI_MODULE)
 
-.PHONY: help build dist wheel gpu-bundle run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build
+.PHONY: help build dist wheel gpu-bundle run test bench bench-responsiveness fuzz lint clean fetch-backends venv protofuzz soak leakcheck leakcheck-build llapi-module
 
 help: ## List the targets
 	@echo "redisai-rs make targets:"
@@ -90,13 +92,24 @@ gpu-bundle: GPU := 1
 gpu-bundle: build venv ## Small tarball (~3 MB) in target/dist to run scripts/gpu-check.sh on a GPU machine
 	scripts/gpu-build.sh bundle $(DIST_DIR)
 
+# Built with the redismodule.h of the redis-module crate (in cargo's registry once any cargo build or fetch ran), so
+# that the module and its test client see one API; no cargo run here.
+REDISMODULE_H_DIR = $(dir $(shell find $$HOME/.cargo/registry/src -path '*redis-module-2.0.8/src/include/redismodule.h' 2>/dev/null | head -1))
+
+llapi-module: $(LLAPI_MODULE) ## Build target/llapi/libllapi_test.so, the C module that tests the low-level C API (include/redisai.h)
+
+$(LLAPI_MODULE): tests/llapi/llapi_test.c include/redisai.h
+	@test -n "$(REDISMODULE_H_DIR)" || { echo "redismodule.h of redis-module 2.0.8 not found under ~/.cargo/registry: run cargo fetch" >&2; exit 1; }
+	mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -pthread -Iinclude -I$(REDISMODULE_H_DIR) tests/llapi/llapi_test.c -o $@
+
 run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
 	$(if $(GPU_ON),export LD_LIBRARY_PATH=$$(scripts/gpu-build.sh ld-path)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH};) \
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 --loadmodule $(MODULE) \
 	  $(if $(GPU_ON),$$(scripts/gpu-build.sh load-args),ONNX $(ORT_LIB)) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
 # tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) runs on the first server only.
-test: build venv dist wheel ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
+test: build venv dist wheel llapi-module ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
 	torch/tests/run-cpp-tests.sh
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
@@ -139,7 +152,7 @@ LEAKCHECK_MODULE ?= $(CURDIR)/$(LEAKCHECK_DIR)/release/libredisai.so
 leakcheck-build: fetch-backends ## Build the module with the system allocator into target/leakcheck (for leakcheck)
 	cargo build --release --features system-alloc --target-dir $(LEAKCHECK_DIR)
 
-leakcheck: venv $(if $(filter $(CURDIR)/$(LEAKCHECK_DIR)/%,$(LEAKCHECK_MODULE)),leakcheck-build) ## ~1.5 min ONNX workload under valgrind: fails on definite leaks or memory errors
+leakcheck: venv llapi-module $(if $(filter $(CURDIR)/$(LEAKCHECK_DIR)/%,$(LEAKCHECK_MODULE)),leakcheck-build) ## ~1.5 min ONNX workload under valgrind: fails on definite leaks or memory errors
 	$(PYTEST_ENV) REDISAI_MODULE=$(LEAKCHECK_MODULE) $(PYTHON) tests/reliability/leakcheck.py $(SEED_ARG)
 
 lint: fetch-backends ## cargo fmt --check, clippy with warnings as errors, no import cycle in src/ (scripts/check-imports.py)

@@ -9,6 +9,7 @@ Environment:
   REDIS_SERVER       server binary (default: redis-server; valkey-server works too)
   REDISAI_ONNX_LIB   if set, the module is loaded with ``ONNX <that path>`` (likewise REDISAI_TF_LIB, REDISAI_TFLITE_LIB)
   REDISAI_LOG_TAIL   number of log lines shown for a failed test (default 200)
+  REDISAI_LLAPI_MODULE  the C client module of test_llapi.py (default: <repo>/target/llapi/libllapi_test.so)
 
 Fixtures:
   server        a fresh server for this test; ``@pytest.mark.server_args("--appendonly", "yes")`` and

@@ -5,7 +5,7 @@ The workload touches every path that allocates and frees: tensors of every dtype
 on three device queues (runs that fail, runs that time out in a busy queue, a run stopped by the kill
 switch, auto-batching), DAGs over two devices, MODELSTORE over a key and MODELDEL while a run of that model
 is in flight, clients that disconnect in the middle of a command, DEBUG RELOAD (RDB save and load of every
-type), then the soak's random traffic (soak.Client) for a while. At the end FLUSHALL frees everything and the
+type), RedisAI's low-level C API through the test module tests/llapi/llapi_test.c, then the soak's random traffic (soak.Client) for a while. At the end FLUSHALL frees everything and the
 server is stopped, so that valgrind's leak report at exit sees every model and tensor dropped.
 
 Fails on: an unsuppressed valgrind error (memory errors anywhere, "definitely lost" leaks anywhere; see
@@ -25,6 +25,7 @@ aligns to 16, on which ONNX Runtime's AVX kernels fault.
 """
 
 import argparse
+import os
 import random
 import re
 import sys
@@ -40,7 +41,8 @@ import numpy as np  # noqa: E402
 import redis  # noqa: E402
 
 from helpers import server as flow_server  # noqa: E402  (RedisServer reads its settings from there)
-from helpers.onnx_models import get_tensor, mexec, store  # noqa: E402
+from helpers.onnx_models import get_tensor, mexec, set_tensor, store  # noqa: E402
+from helpers.server import REPO_ROOT  # noqa: E402
 from helpers.resp import RawClient, raw_command  # noqa: E402
 from soak import Client, Stats  # noqa: E402
 from test_dag_stress import SHARED, close, disconnect_mid_command, store_models, weights  # noqa: E402
@@ -48,6 +50,8 @@ from test_dag_stress import SHARED, close, disconnect_mid_command, store_models,
 SUPPRESSIONS = Path(__file__).resolve().parent / "valgrind.supp"
 VALGRIND_ERROR_EXIT = 97
 KILL_SWITCH_MS = 2000  # MODEL_EXECUTION_TIMEOUT: how long a run of loop_forever.onnx keeps its worker
+# The low-level API's test module (tests/llapi/llapi_test.c, `make llapi-module`), loaded after the module.
+LLAPI_MODULE = os.environ.get("REDISAI_LLAPI_MODULE") or str(REPO_ROOT / "target" / "llapi" / "libllapi_test.so")
 
 
 class ValgrindServer(RedisServer):
@@ -169,6 +173,21 @@ def scenarios(srv, con):
         assert not isinstance(raw(port, *cmd), RespError), cmd
 
 
+def llapi(con):
+    """The low-level API through llapi_test.c's commands (each checks itself and replies OK), on ONNX models
+    (mul.onnx: c = a * b, as the TF graph of the flow tests): tensors, errors, sync/batched/async runs, a DAG over
+    two devices, references kept past a key's deletion. Scripts and TF are left to the flow tests (too slow here)."""
+    for key, arr in (("a{1}", [[2, 3], [2, 3]]), ("b{1}", [[5, 7], [11, 13]]), ("t{1}", [[1, 2], [3, 4]]),
+                     ("tmp{1}", [[1.5, -2], [3, 0.25]])):
+        set_tensor(con, key, np.array(arr, dtype=np.float32))
+    for key, dev in (("m{1}", "CPU"), ("m2{1}", "CPU:1"), ("mtmp{1}", "CPU")):
+        store(con, key, "mul", device=dev)
+    expect("LLAPI.VERSION", con.execute_command("LLAPI.VERSION"), 1)
+    for cmd in (["LLAPI.TENSORS", "t{1}"], ["LLAPI.ERRORS"], ["LLAPI.MODELRUN"], ["LLAPI.DAG_MULTIDEVICE"],
+                ["LLAPI.REFCOUNT"]):
+        expect(cmd[0], con.execute_command(*cmd), b"OK")
+
+
 def debug_reload(con):
     """RDB save and load of everything in the keyspace; the data must survive it."""
     expect("DEBUG RELOAD", con.execute_command("DEBUG", "RELOAD"), b"OK")
@@ -228,7 +247,8 @@ def main():
     start = time.monotonic()
     problems = []
     try:
-        srv = start_server("leakcheck", server_args=["--appendonly", "no"],
+        assert os.path.isfile(LLAPI_MODULE), f"{LLAPI_MODULE} is missing: `make llapi-module` builds it"
+        srv = start_server("leakcheck", server_args=["--appendonly", "no", "--loadmodule", LLAPI_MODULE],
                            module_args=["THREADS_PER_QUEUE", "2", "MODEL_EXECUTION_TIMEOUT", KILL_SWITCH_MS],
                            server_class=ValgrindServer)
     except HarnessError as e:
@@ -240,6 +260,7 @@ def main():
         store_models(con)
         tensors(con, srv.port)
         scenarios(srv, con)
+        llapi(con)
         debug_reload(con)
         print(f"scenarios done at {time.monotonic() - start:.0f} s")
         stats = random_traffic(srv, args.seconds, args.clients, seed)

@@ -50,16 +50,16 @@ pub extern "C" fn create_script_run_op(script: *const Script, function: *const c
     })
 }
 
-/// Adds a name to an op's inputs or outputs: 1, or 0 for NULL arguments.
+/// Adds a name to an op's inputs or outputs: REDISMODULE_OK, or ERR for NULL arguments (RedisAI's values).
 fn add_name(what: &str, op: *mut CallOp, name: *const c_char, output: bool) -> c_int {
-    ffi(what, 0, || {
+    ffi(what, ERR, || {
         // SAFETY: NULL or a live op, and a NUL-terminated name lent for the call.
         match unsafe { (op.as_mut(), cstr(name)) } {
             (Some(op), Some(n)) => {
                 if output { &mut op.outputs } else { &mut op.inputs }.push(n.to_vec());
-                1
+                OK
             }
-            _ => 0,
+            _ => ERR,
         }
     })
 }

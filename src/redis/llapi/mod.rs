@@ -39,6 +39,18 @@ fn ffi<R>(name: &str, fallback: R, f: impl FnOnce() -> R) -> R {
     super::types::guard(name, fallback, f)
 }
 
+/// RedisAI_*Free of a tensor, model or script: the caller's reference given back (NULL is ignored).
+fn free_handle<T>(name: &str, p: *const T) {
+    // SAFETY: NULL or a reference the caller owns (from a create or a shallow copy), given back once.
+    ffi(name, (), || unsafe { release(p) })
+}
+
+/// RedisAI_*GetShallowCopy: one more reference to the handle's value (NULL for NULL).
+fn shallow_copy<T>(name: &str, p: *const T) -> *mut T {
+    // SAFETY: NULL or a live handle.
+    ffi(name, std::ptr::null_mut(), || unsafe { share(p) }.map_or(std::ptr::null_mut(), hand_out))
+}
+
 /// A handle's value, for the call.
 ///
 /// # Safety

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::ctx::{self, OnFinishCtx, RunCtx};
 use super::error::{self, RaiError};
 use super::run::OnFinish;
-use super::{borrow, cstr, ffi, from_keyspace, hand_out, names, release, share, ERR, OK};
+use super::{borrow, cstr, ffi, free_handle, from_keyspace, hand_out, names, shallow_copy, share, ERR, OK};
 use crate::backend_kind::BackendKind;
 use crate::commands::dag_builder::CallOp;
 use crate::device::Device;
@@ -90,15 +90,11 @@ pub extern "C" fn create(
 }
 
 pub extern "C" fn free(model: *const Model, _err: *mut RaiError) {
-    // SAFETY: NULL or a reference the caller owns (from create or a shallow copy), given back once.
-    ffi("RedisAI_ModelFree", (), || unsafe { release(model) })
+    free_handle("RedisAI_ModelFree", model)
 }
 
 pub extern "C" fn get_shallow_copy(model: *const Model) -> *mut Model {
-    ffi("RedisAI_ModelGetShallowCopy", std::ptr::null_mut(), || {
-        // SAFETY: NULL or a live model handle: one more reference.
-        unsafe { share(model) }.map_or(std::ptr::null_mut(), hand_out)
-    })
+    shallow_copy("RedisAI_ModelGetShallowCopy", model)
 }
 
 pub extern "C" fn get_from_keyspace(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::ctx::{self, ctx_mut, OnFinishCtx, RunCtx};
 use super::error::{self, RaiError};
 use super::run::OnFinish;
-use super::{cstr, ffi, from_keyspace, hand_out, release, share, ERR};
+use super::{cstr, ffi, free_handle, from_keyspace, hand_out, shallow_copy, share, ERR};
 use crate::commands::dag_builder::CallOp;
 use crate::error::Error;
 use crate::redis::script_type::SCRIPT_TYPE;
@@ -47,15 +47,11 @@ pub extern "C" fn create(
 }
 
 pub extern "C" fn free(script: *const Script, _err: *mut RaiError) {
-    // SAFETY: NULL or a reference the caller owns, given back once.
-    ffi("RedisAI_ScriptFree", (), || unsafe { release(script) })
+    free_handle("RedisAI_ScriptFree", script)
 }
 
 pub extern "C" fn get_shallow_copy(script: *const Script) -> *mut Script {
-    ffi("RedisAI_ScriptGetShallowCopy", std::ptr::null_mut(), || {
-        // SAFETY: NULL or a live script handle: one more reference.
-        unsafe { share(script) }.map_or(std::ptr::null_mut(), hand_out)
-    })
+    shallow_copy("RedisAI_ScriptGetShallowCopy", script)
 }
 
 pub extern "C" fn get_from_keyspace(

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_longlong, CStr};
 use std::sync::Arc;
 
-use super::{borrow, ffi, hand_out, release, share, unique};
+use super::{borrow, ffi, free_handle, hand_out, shallow_copy, unique};
 use crate::tensor::{DataType, Number, Tensor};
 
 pub extern "C" fn create(dtype: *const c_char, dims: *const c_longlong, ndims: c_int) -> *mut Tensor {
@@ -84,8 +84,7 @@ pub extern "C" fn data_type(t: *const Tensor) -> usize {
 }
 
 pub extern "C" fn free(t: *const Tensor) {
-    // SAFETY: NULL or a reference the caller owns (from a create or a shallow copy), given back once.
-    ffi("RedisAI_TensorFree", (), || unsafe { release(t) })
+    free_handle("RedisAI_TensorFree", t)
 }
 
 /// Changes a tensor nobody else holds (0 when it is shared: its other holders see it immutable).
@@ -122,10 +121,7 @@ pub extern "C" fn get_value_as_long_long(t: *const Tensor, i: c_longlong, val: *
 }
 
 pub extern "C" fn get_shallow_copy(t: *const Tensor) -> *mut Tensor {
-    ffi("RedisAI_TensorGetShallowCopy", std::ptr::null_mut(), || {
-        // SAFETY: NULL or a live tensor handle: one more reference to it.
-        unsafe { share(t) }.map_or(std::ptr::null_mut(), hand_out)
-    })
+    shallow_copy("RedisAI_TensorGetShallowCopy", t)
 }
 
 pub extern "C" fn num_dims(t: *const Tensor) -> c_int {
