@@ -22,6 +22,7 @@ from helpers.checks import error_text, module_names
 from helpers.onnx_models import ai_info, get_tensor, set_tensor
 from helpers.resp import RespError
 from helpers.server import MODULE_PATH, REPO_ROOT
+from helpers.tf_graphs import DT_STRING, graph_def, node_def, placeholder
 from helpers.tf_models import tf_blob, tf_store
 from helpers.torch_models import OLD_SRC, script_set
 
@@ -97,6 +98,17 @@ def test_model_run(llapi):
 
 def test_model_create(llapi):
     run_ok(*llapi, "LLAPI.MODELCREATE", tf_blob("mul"), b"\xff\xff\xff\xff not a GraphDef")
+
+
+def test_model_create_goes_through_admission(llapi):
+    """RedisAI_ModelCreate checks a model as AI.MODELSTORE does: a graph TensorFlow would load as it is (its
+    inputs a, b and output c exist) but that reads files is refused (LLAPI.MODELCREATE's second graph must fail)."""
+    srv, con = llapi
+    reads_files = graph_def([placeholder("a", DT_STRING), placeholder("b", DT_STRING), node_def("c", "ReadFile", ["a"])])
+    with pytest.raises(redis.exceptions.ResponseError, match="TF model refused"):
+        con.execute_command("AI.MODELSTORE", "refused{1}", "TF", "CPU", "INPUTS", 2, "a", "b", "OUTPUTS", 1, "c",
+                            "BLOB", reads_files)
+    run_ok(srv, con, "LLAPI.MODELCREATE", tf_blob("mul"), reads_files)
 
 
 def test_script_run(llapi):
