@@ -92,16 +92,18 @@ gpu-bundle: GPU := 1
 gpu-bundle: build venv ## Small tarball (~3 MB) in target/dist to run scripts/gpu-check.sh on a GPU machine
 	scripts/gpu-build.sh bundle $(DIST_DIR)
 
-# Built with the redismodule.h of the redis-module crate (in cargo's registry once any cargo build or fetch ran), so
-# that the module and its test client see one API; no cargo run here.
-REDISMODULE_H_DIR = $(dir $(shell find $$HOME/.cargo/registry/src -path '*redis-module-2.0.8/src/include/redismodule.h' 2>/dev/null | head -1))
+# Built with the redismodule.h of the redis-module crate the module is built with (its version from Cargo.lock;
+# `cargo fetch` puts it in cargo's registry when no build has yet), so that the module and its test client see one API.
+REDIS_MODULE_CRATE = redis-module-$(shell awk '/^name = "redis-module"$$/ { getline; gsub(/"/, "", $$3); print $$3; exit }' Cargo.lock)
+FIND_REDISMODULE_H = find $${CARGO_HOME:-$$HOME/.cargo}/registry/src -path '*/$(REDIS_MODULE_CRATE)/src/include/redismodule.h' 2>/dev/null | head -1
 
 llapi-module: $(LLAPI_MODULE) ## Build target/llapi/libllapi_test.so, the C module that tests the low-level C API (include/redisai.h)
 
-$(LLAPI_MODULE): tests/llapi/llapi_test.c include/redisai.h
-	@test -n "$(REDISMODULE_H_DIR)" || { echo "redismodule.h of redis-module 2.0.8 not found under ~/.cargo/registry: run cargo fetch" >&2; exit 1; }
+$(LLAPI_MODULE): tests/llapi/llapi_test.c include/redisai.h Cargo.lock
 	mkdir -p $(dir $@)
-	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -pthread -Iinclude -I$(REDISMODULE_H_DIR) tests/llapi/llapi_test.c -o $@
+	h=$$($(FIND_REDISMODULE_H)); [[ -n $$h ]] || { cargo fetch --quiet && h=$$($(FIND_REDISMODULE_H)); }; \
+	  [[ -n $$h ]] || { echo "redismodule.h of $(REDIS_MODULE_CRATE) not found in cargo's registry" >&2; exit 1; }; \
+	  $(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -pthread -Iinclude -I$$(dirname $$h) tests/llapi/llapi_test.c -o $@
 
 run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module, ONNX Runtime and TensorFlow
 	$(if $(GPU_ON),export LD_LIBRARY_PATH=$$(scripts/gpu-build.sh ld-path)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH};) \
