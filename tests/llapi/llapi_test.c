@@ -833,6 +833,57 @@ cleanup:
     return !failed[0];
 }
 
+/* (d2) a synchronous run asked for inside a completion callback, on one of the module's worker threads, is
+ * refused with an error instead of waiting for the queue that thread serves (redisai-rs; RedisAI deadlocked) */
+typedef struct Nested {
+    Async *st;
+    RAI_Model *model;
+    Inputs *in;
+    int status;
+    char text[256];
+} Nested;
+
+static void nested_sync_done(RAI_OnFinishCtx *fctx, void *private_data) {
+    Nested *n = private_data;
+    RAI_Error *e = NULL;
+    RAI_ModelRunCtx *inner = RedisAI_ModelRunCtxCreate(n->model);
+    if (RedisAI_InitError(&e) == REDISMODULE_OK && e && inner) {
+        RedisAI_ModelRunCtxAddInput(inner, "a", n->in->a);
+        RedisAI_ModelRunCtxAddInput(inner, "b", n->in->b);
+        RedisAI_ModelRunCtxAddOutput(inner, "c");
+        n->status = RedisAI_ModelRun(&inner, 1, e);
+        snprintf(n->text, sizeof n->text, "%s", RedisAI_GetError(e));
+    }
+    if (e) RedisAI_FreeError(e);
+    if (inner) RedisAI_ModelRunCtxFree(inner);
+    model_run_done(fctx, n->st);
+}
+
+static int mr_nested_sync(Inputs *in, RAI_Model *model, char *failed) {
+    RAI_ModelRunCtx *mctx = NULL;
+    Nested n = {.st = async_new(), .model = model, .in = in, .status = REDISMODULE_OK};
+    Async *st = n.st;
+    CHECK(st, "async state (InitError)");
+    mctx = mul_ctx(model, in->a, in->b, failed, __LINE__);
+    CHECK(mctx, "run context of m{1}");
+    pthread_mutex_lock(&st->lock);
+    if (RedisAI_ModelRunAsync(mctx, nested_sync_done, &n) != REDISMODULE_OK) {
+        pthread_mutex_unlock(&st->lock);
+        CHECK(0, "ModelRunAsync returns REDISMODULE_OK");
+    }
+    if (!await_callback(&st, failed, __LINE__)) {
+        if (!st) mctx = NULL; /* still in use by the run: leaked with the state */
+        goto cleanup;
+    }
+    CHECK(n.status == REDISMODULE_ERR && strstr(n.text, "own threads"),
+          "ModelRun inside a completion callback is refused with an error");
+    CHECK(has_values(st->outputs[0], in->prod, in->n), "the outer run still gives a * b");
+cleanup:
+    if (mctx) RedisAI_ModelRunCtxFree(mctx);
+    async_free(st);
+    return !failed[0];
+}
+
 /* (e) two contexts of one model in one ModelRun (a batch); different inputs, so that swapped outputs show */
 static int mr_batch(Inputs *in, RAI_Model *model, char *failed) {
     RAI_ModelRunCtx *mctxs[2] = {NULL, NULL};
@@ -927,8 +978,8 @@ static int cmd_modelrun(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     model = key_value(ctx, "m{1}", RedisAI_ModelRedisType());
     CHECK(model, "model m{1} in the keyspace, of type ModelRedisType");
     (void)(mr_sync(&in, model, failed) && mr_sync_no_inputs(model, failed) && mr_async(&in, model, failed) &&
-           mr_async_no_inputs(model, failed) && mr_batch(&in, model, failed) && mr_keyspace(ctx, model, failed) &&
-           mr_copy_serialize(&in, model, failed));
+           mr_async_no_inputs(model, failed) && mr_nested_sync(&in, model, failed) && mr_batch(&in, model, failed) &&
+           mr_keyspace(ctx, model, failed) && mr_copy_serialize(&in, model, failed));
 cleanup:
     return reply_result(ctx, failed);
 }
