@@ -1248,6 +1248,7 @@ cleanup:
 static int sr_create(Inputs *in, char *failed) {
     RAI_Error *err = NULL;
     RAI_Script *script = NULL, *bad = NULL;
+    RAI_ScriptRunCtx *sctx = NULL;
     char cpu[] = "CPU", tag[] = "tag";
     double twice[MAX_VALUES];
     RAI_Tensor *a[] = {in->a};
@@ -1264,7 +1265,19 @@ static int sr_create(Inputs *in, char *failed) {
     CHECK(bad == NULL, "ScriptCreate of a syntax error is NULL");
     CHECK(RedisAI_GetErrorCode(err) != RedisAI_ErrorCode_OK && error_nonempty(err),
           "ScriptCreate of a syntax error sets an error");
+    /* A run of the API has no client, so no ACL user its callbacks could act as: redis.execute is refused
+     * (test_llapi.py checks that the key was not written). */
+    RedisAI_ClearError(err);
+    script = RedisAI_ScriptCreate(cpu, tag, "def setkey(a):\n    redis.execute(\"SET\", [\"llapi:callback\", \"1\"])\n"
+                                            "    return a\n", err);
+    CHECK_ERR(script, "ScriptCreate of a script calling redis.execute", err);
+    sctx = RedisAI_ScriptRunCtxCreate(script, "setkey");
+    CHECK(sctx && RedisAI_ScriptRunCtxAddTensorInput(sctx, in->a) == 1 && RedisAI_ScriptRunCtxAddOutput(sctx) == 1,
+          "run context of setkey");
+    CHECK(RedisAI_ScriptRun(sctx, err) == REDISMODULE_ERR && strstr(RedisAI_GetError(err), "NOPERM"),
+          "redis.execute in a script run through the API is refused (NOPERM)");
 cleanup:
+    if (sctx) RedisAI_ScriptRunCtxFree(sctx);
     if (script) RedisAI_ScriptFree(script, NULL);
     if (bad) RedisAI_ScriptFree(bad, NULL);
     if (err) RedisAI_FreeError(err);
