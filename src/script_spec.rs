@@ -20,3 +20,10 @@ pub struct ScriptSpec {
     /// Empty for scripts stored with the deprecated AI.SCRIPTSET.
     pub entry_points: Vec<String>,
 }
+
+impl ScriptSpec {
+    /// Whether `function` was declared an entry point (AI.SCRIPTSTORE ... ENTRY_POINTS).
+    pub fn is_entry_point(&self, function: &[u8]) -> bool {
+        self.entry_points.iter().any(|e| e.as_bytes() == function)
+    }
+}

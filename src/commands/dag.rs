@@ -324,15 +324,7 @@ impl<'a> Planner<'a> {
                 self.plan.replies.push(ReplyItem::Get { slot, format });
             }
             Parsed::Model { model, inputs, outputs } => self.model(model, &inputs, &outputs)?,
-            Parsed::Script { script, call } => {
-                let args = crate::exec::dag::ScriptArgs {
-                    function: call.function,
-                    style: call.style,
-                    keys: &call.keys,
-                    args: &call.args,
-                };
-                self.script(script, args, &call.inputs, &call.outputs)?
-            }
+            Parsed::Script { script, call } => self.script(script, call.op_args(), &call.inputs, &call.outputs)?,
         }
         Ok(())
     }

@@ -31,8 +31,11 @@ impl CallOp {
     /// A call of `function`: an entry point gets its tensors as one list (AI.SCRIPTEXECUTE); any other function
     /// gets them as positional arguments, the ones from `list_from` on as a List[Tensor] (AI.SCRIPTRUN).
     pub fn script(script: Arc<Script>, function: &[u8], list_from: Option<usize>) -> CallOp {
-        let entry_point = script.spec.entry_points.iter().any(|e| e.as_bytes() == function);
-        let style = if entry_point { CallStyle::EntryPoint } else { CallStyle::Positional { list_from } };
+        let style = if script.spec.is_entry_point(function) {
+            CallStyle::EntryPoint
+        } else {
+            CallStyle::Positional { list_from }
+        };
         let target = Target::Script { script, function: function.to_vec(), style, keys: Vec::new(), args: Vec::new() };
         CallOp { target, inputs: Vec::new(), outputs: Vec::new() }
     }
@@ -65,18 +68,26 @@ impl CallOp {
     }
 
     fn plan_into<'a>(&'a self, planner: &mut Planner<'a>) -> Result<()> {
-        let ins: Vec<&[u8]> = self.inputs.iter().map(Vec::as_slice).collect();
-        let outs: Vec<&[u8]> = self.outputs.iter().map(Vec::as_slice).collect();
+        let (ins, outs) = (borrowed(&self.inputs), borrowed(&self.outputs));
         match &self.target {
             Target::Model(model) => planner.model(model.clone(), &ins, &outs),
             Target::Script { script, function, style, keys, args } => {
-                let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                let (keys, args) = (borrowed(keys), borrowed(args));
                 let call = ScriptArgs { function, style: *style, keys: &keys, args: &args };
                 planner.script(script.clone(), call, &ins, &outs)
             }
         }
     }
+}
+
+/// Names kept by the builder (the caller's are borrowed for one call only).
+fn owned(names: &[&[u8]]) -> Vec<Vec<u8>> {
+    names.iter().map(|n| n.to_vec()).collect()
+}
+
+/// The builder's names as the planner takes them.
+fn borrowed(names: &[Vec<u8>]) -> Vec<&[u8]> {
+    names.iter().map(Vec::as_slice).collect()
 }
 
 enum Step {
@@ -85,6 +96,30 @@ enum Step {
     Set(Vec<u8>, Arc<Tensor>),
     Get(Vec<u8>),
     Call(CallOp),
+}
+
+impl From<Parsed<'_>> for Step {
+    /// A parsed op with its names owned.
+    fn from(p: Parsed<'_>) -> Step {
+        match p {
+            Parsed::Set { key, tensor } => Step::Set(key.to_vec(), Arc::new(tensor)),
+            Parsed::Get { key, .. } => Step::Get(key.to_vec()),
+            Parsed::Model { model, inputs, outputs } => {
+                Step::Call(CallOp { target: Target::Model(model), inputs: owned(&inputs), outputs: owned(&outputs) })
+            }
+            Parsed::Script { script, call } => Step::Call(CallOp {
+                inputs: owned(&call.inputs),
+                outputs: owned(&call.outputs),
+                target: Target::Script {
+                    script,
+                    function: call.function.to_vec(),
+                    style: call.style,
+                    keys: owned(&call.keys),
+                    args: owned(&call.args),
+                },
+            }),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -119,37 +154,13 @@ impl DagBuilder {
 
     /// The ops of `|> AI.MODELEXECUTE … |> AI.TENSORGET …` (as in AI.DAGEXECUTE), all of them or none.
     pub fn add_words(&mut self, words: &[&[u8]], r: &dyn Resolver) -> Result<()> {
-        let parsed = parse_dag_ops(words, r)?;
-        for p in &parsed {
-            if let Parsed::Model { model, inputs, outputs } = p {
-                let mut op = CallOp::model(model.clone());
-                op.inputs = inputs.iter().map(|k| k.to_vec()).collect();
-                op.outputs = outputs.iter().map(|k| k.to_vec()).collect();
+        let steps: Vec<Step> = parse_dag_ops(words, r)?.into_iter().map(Step::from).collect();
+        for step in &steps {
+            if let Step::Call(op) = step {
                 op.check_counts()?;
             }
         }
-        for p in parsed {
-            self.steps.push(match p {
-                Parsed::Set { key, tensor } => Step::Set(key.to_vec(), Arc::new(tensor)),
-                Parsed::Get { key, .. } => Step::Get(key.to_vec()),
-                Parsed::Model { model, inputs, outputs } => Step::Call(CallOp {
-                    target: Target::Model(model),
-                    inputs: inputs.iter().map(|k| k.to_vec()).collect(),
-                    outputs: outputs.iter().map(|k| k.to_vec()).collect(),
-                }),
-                Parsed::Script { script, call } => Step::Call(CallOp {
-                    inputs: call.inputs.iter().map(|k| k.to_vec()).collect(),
-                    outputs: call.outputs.iter().map(|k| k.to_vec()).collect(),
-                    target: Target::Script {
-                        script,
-                        function: call.function.to_vec(),
-                        style: call.style,
-                        keys: call.keys.iter().map(|k| k.to_vec()).collect(),
-                        args: call.args.iter().map(|k| k.to_vec()).collect(),
-                    },
-                }),
-            });
-        }
+        self.steps.extend(steps);
         Ok(())
     }
 

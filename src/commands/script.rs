@@ -98,7 +98,7 @@ pub struct ScriptCall<'a> {
 
 impl<'a> ScriptCall<'a> {
     /// What the engine's script op takes of the call.
-    pub fn op_args(&'a self) -> crate::exec::dag::ScriptArgs<'a> {
+    pub fn op_args(&self) -> crate::exec::dag::ScriptArgs<'_> {
         crate::exec::dag::ScriptArgs { function: self.function, style: self.style, keys: &self.keys, args: &self.args }
     }
 }

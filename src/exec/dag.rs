@@ -57,9 +57,10 @@ impl OpKind {
     /// AI.SCRIPTEXECUTE of a function that is not an entry point (e.g. in a script stored with AI.SCRIPTSET)
     /// makes a best-effort positional call.
     pub fn script(script: Arc<Script>, call: ScriptArgs, inputs: Slots, outputs: Slots) -> OpKind {
-        let entry_point = script.spec.entry_points.iter().any(|e| e.as_bytes() == call.function);
         let style = match call.style {
-            CallStyle::EntryPoint if !entry_point => CallStyle::Positional { list_from: None },
+            CallStyle::EntryPoint if !script.spec.is_entry_point(call.function) => {
+                CallStyle::Positional { list_from: None }
+            }
             s => s,
         };
         OpKind::Script {

@@ -42,6 +42,18 @@ pub fn model_queue(model: &crate::model::Model) -> Result<&'static Arc<DeviceQue
     queues().at(slot).ok_or_else(|| queue_unavailable(std::io::Error::other("no such queue")))
 }
 
+/// Makes the queue of every op of `plan` (a model's through `model_queue`, remembered in the model), so that a
+/// device that cannot get one fails the request before anything is queued.
+pub fn ensure_queues(plan: &dag::Plan) -> Result<()> {
+    for op in &plan.ops {
+        match &op.kind {
+            dag::OpKind::Model { model, .. } => model_queue(model).map(drop)?,
+            dag::OpKind::Script { .. } => queue_of(&op.device).map(drop)?,
+        }
+    }
+    Ok(())
+}
+
 /// RedisAI's error when a device's queue cannot be made (too many queues, or its threads would not start).
 pub fn queue_unavailable(_: std::io::Error) -> Error {
     Error::Unavailable("Could not initialize queue on requested device".into())

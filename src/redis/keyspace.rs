@@ -141,3 +141,19 @@ impl Drop for Key<'_> {
         }
     }
 }
+
+/// The keys a DAG names, read as its parser asks for them (`commands::dag::Resolver`), each opened by `open`:
+/// AI.DAGEXECUTE opens them in the client's context, the low-level API's DAG strings in database 0.
+pub struct DagKeys<F>(pub F);
+
+impl<'k, F: Fn(&[u8]) -> Key<'k>> crate::commands::dag::Resolver for DagKeys<F> {
+    fn tensor(&self, key: &[u8]) -> Result<Arc<crate::tensor::Tensor>> {
+        (self.0)(key).get_arc(&super::types::TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)
+    }
+    fn model(&self, key: &[u8]) -> Result<Arc<crate::model::Model>> {
+        (self.0)(key).get_arc(&super::model_type::MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
+    }
+    fn script(&self, key: &[u8]) -> Result<Arc<crate::script::Script>> {
+        (self.0)(key).get_arc(&super::script_type::SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)
+    }
+}

@@ -5,37 +5,19 @@ use std::sync::Arc;
 use redis_module::raw;
 
 use super::persist::write_outputs;
-use super::shared::{ensure_queue, run_plan, set_caller};
+use super::shared::{run_plan, set_caller};
 use super::Cmd;
-use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind, Resolver};
+use crate::commands::dag::{dag_zero_filled_bytes, parse_dag, DagKind};
 use crate::commands::tensor::tensor_reply;
 use crate::error::{Error, Result};
-use crate::exec::dag::{OpKind, ReplyItem};
+use crate::exec::dag::ReplyItem;
 use crate::exec::run::{OpOutcome, Run};
-use crate::model::Model;
 use crate::redis::blocking::Blocked;
 use crate::redis::ctx::Ctx;
-use crate::redis::model_type::MODEL_TYPE;
+use crate::redis::keyspace::DagKeys;
 use crate::redis::reply::send;
-use crate::redis::script_type::SCRIPT_TYPE;
-use crate::redis::types::TENSOR_TYPE;
 use crate::reply::Reply;
-use crate::script::Script;
 use crate::tensor::Tensor;
-
-struct Keyspace<'c, 'a>(&'c Cmd<'a>);
-
-impl Resolver for Keyspace<'_, '_> {
-    fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
-        self.0.open_key(key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)
-    }
-    fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
-        self.0.open_key(key, false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
-    }
-    fn script(&self, key: &[u8]) -> Result<Arc<Script>> {
-        self.0.open_key(key, false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)
-    }
-}
 
 pub fn dagexecute(c: &Cmd) -> Result<()> {
     dag(c, DagKind::Execute)
@@ -53,14 +35,9 @@ pub fn dagrun_ro(c: &Cmd) -> Result<()> {
 fn dag(c: &Cmd, kind: DagKind) -> Result<()> {
     Blocked::check_can_block(c.ctx)?;
     crate::redis::memory::check_room(c.ctx, dag_zero_filled_bytes(&c.args))?;
-    let mut plan = parse_dag(&c.args, kind, &Keyspace(c))?;
+    let mut plan = parse_dag(&c.args, kind, &DagKeys(|k: &[u8]| c.open_key(k, false)))?;
     set_caller(c, &mut plan, matches!(kind, DagKind::ExecuteRo | DagKind::RunRo));
-    for op in &plan.ops {
-        match &op.kind {
-            OpKind::Model { model, .. } => crate::exec::model_queue(model).map(drop)?,
-            _ => ensure_queue(&op.device)?,
-        }
-    }
+    crate::exec::ensure_queues(&plan)?;
     if plan.ops.is_empty() {
         // Only TENSORSET/TENSORGET: nothing to queue, answer now.
         let run = Run::finished(plan);

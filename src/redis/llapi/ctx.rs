@@ -63,7 +63,7 @@ impl RunCtx {
 
     fn finish(&mut self, run: &Run) {
         match run::run_error(run) {
-            Some(e) => self.fail(&e),
+            Some((e, _)) => self.fail(&e),
             None => self.outputs = run::op_outputs(run),
         }
     }
@@ -138,7 +138,7 @@ pub fn free(name: &str, ctx: *mut RunCtx) {
 /// Runs `n` contexts (RedisAI_ModelRun takes several, which the model's batching may join) and waits.
 pub fn run_sync(name: &str, ctxs: *const *mut RunCtx, n: c_longlong, err: *mut RaiError) -> c_int {
     ffi(name, ERR, || {
-        let ctxs: Vec<&mut RunCtx> = match usize::try_from(n) {
+        let mut ctxs: Vec<&mut RunCtx> = match usize::try_from(n) {
             // SAFETY: `n` context pointers, lent for the call.
             Ok(n) if n > 0 && !ctxs.is_null() => unsafe { std::slice::from_raw_parts(ctxs, n) }
                 .iter()
@@ -153,7 +153,6 @@ pub fn run_sync(name: &str, ctxs: *const *mut RunCtx, n: c_longlong, err: *mut R
             unsafe { error::set(err, error::EMODELRUN, &Error::parse("no run context to run")) };
             return ERR;
         }
-        let mut ctxs = ctxs;
         let plans = ctxs.iter_mut().map(|c| c.plan()).collect::<crate::error::Result<Vec<_>>>();
         let runs = plans.and_then(run::wait);
         match runs {

@@ -8,15 +8,11 @@ use super::ctx::OnFinishCtx;
 use super::error::{self, RaiError};
 use super::run::{self, Callback, OnFinish};
 use super::{cstr, ffi, share, ERR, OK};
-use crate::commands::dag::Resolver;
 use crate::commands::dag_builder::{get_slots, CallOp, DagBuilder};
 use crate::error::{Error, Result};
+use crate::exec::dag::OpKind;
 use crate::model::Model;
-use crate::redis::ctx::Ctx;
-use crate::redis::keyspace::Key;
-use crate::redis::model_type::MODEL_TYPE;
-use crate::redis::script_type::SCRIPT_TYPE;
-use crate::redis::types::TENSOR_TYPE;
+use crate::redis::keyspace::{DagKeys, Key};
 use crate::script::Script;
 use crate::tensor::Tensor;
 
@@ -153,21 +149,6 @@ pub extern "C" fn add_tensor_get(dag: *mut DagBuilder, name: *const c_char) -> c
     })
 }
 
-/// Keys named in a DAG string, read from database 0 under Redis's lock.
-struct Keyspace<'a>(Ctx<'a>);
-
-impl Resolver for Keyspace<'_> {
-    fn tensor(&self, key: &[u8]) -> Result<Arc<Tensor>> {
-        Key::open_name(self.0, key, false).get_arc(&TENSOR_TYPE)?.ok_or(Error::TensorKeyEmpty)
-    }
-    fn model(&self, key: &[u8]) -> Result<Arc<Model>> {
-        Key::open_name(self.0, key, false).get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
-    }
-    fn script(&self, key: &[u8]) -> Result<Arc<Script>> {
-        Key::open_name(self.0, key, false).get_arc(&SCRIPT_TYPE)?.ok_or(Error::ScriptKeyEmpty)
-    }
-}
-
 /// `|> AI.MODELEXECUTE … |> AI.SCRIPTEXECUTE … |> AI.TENSORSET … |> AI.TENSORGET …`, words split on spaces,
 /// keys read from database 0; all its ops are added, or none.
 pub extern "C" fn add_ops_from_string(dag: *mut DagBuilder, text: *const c_char, err: *mut RaiError) -> c_int {
@@ -175,7 +156,8 @@ pub extern "C" fn add_ops_from_string(dag: *mut DagBuilder, text: *const c_char,
         // SAFETY: a NUL-terminated string lent for the call.
         let Some(text) = (unsafe { cstr(text) }) else { return ERR };
         let words: Vec<&[u8]> = text.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()).collect();
-        let added = super::with_keyspace(|ctx| dag.add_words(&words, &Keyspace(ctx)));
+        let added =
+            super::with_keyspace(|ctx| dag.add_words(&words, &DagKeys(|k: &[u8]| Key::open_name(ctx, k, false))));
         status(added, err, error::EDAGBUILDER)
     })
 }
@@ -194,7 +176,7 @@ pub extern "C" fn run(dag: *mut DagBuilder, cb: OnFinish<OnFinishCtx>, data: *mu
         };
         let queued = dag.plan().and_then(|plan| {
             run::submit(plan, move |r| {
-                let error = run::run_error(&r).map(|e| RaiError::new(error_code(&r, &e), &e));
+                let error = run::run_error(&r).map(|(e, op)| RaiError::new(error_code(op), &e));
                 let outputs = if error.is_some() {
                     Vec::new()
                 } else {
@@ -207,13 +189,11 @@ pub extern "C" fn run(dag: *mut DagBuilder, cb: OnFinish<OnFinishCtx>, data: *mu
     })
 }
 
-/// ESCRIPTRUN or EMODELRUN after the kind of op that failed.
-fn error_code(r: &crate::exec::run::Run, e: &Error) -> c_int {
-    let failed =
-        (0..r.plan.ops.len()).find(|&i| matches!(r.outcome(i), crate::exec::run::OpOutcome::Failed(ref f) if f == e));
-    match failed.map(|i| &r.plan.ops[i].kind) {
-        Some(crate::exec::dag::OpKind::Script { .. }) => error::ESCRIPTRUN,
-        Some(crate::exec::dag::OpKind::Model { .. }) => error::EMODELRUN,
+/// ESCRIPTRUN or EMODELRUN after the kind of op that failed; EDAGRUN when none did (a timeout).
+fn error_code(failed: Option<&OpKind>) -> c_int {
+    match failed {
+        Some(OpKind::Script { .. }) => error::ESCRIPTRUN,
+        Some(OpKind::Model { .. }) => error::EMODELRUN,
         None => error::EDAGRUN,
     }
 }

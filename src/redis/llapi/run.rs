@@ -41,12 +41,7 @@ unsafe impl<T> Send for Lent<T> {}
 /// for it holding a lock the callback takes). The caller may wait on Redis's main thread, so the workers are
 /// woken now rather than when the event loop sleeps.
 pub fn submit(plan: Plan, done: impl FnOnce(Arc<Run>) + Send + 'static) -> Result<()> {
-    for op in &plan.ops {
-        match &op.kind {
-            OpKind::Model { model, .. } => crate::exec::model_queue(model).map(drop)?,
-            OpKind::Script { .. } => crate::exec::queue_of(&op.device).map(drop)?,
-        }
-    }
+    crate::exec::ensure_queues(&plan)?;
     if plan.ops.is_empty() {
         return later(move || done(Arc::new(Run::finished(plan))));
     }
@@ -88,13 +83,13 @@ pub fn wait(plans: Vec<Plan>) -> Result<Vec<Arc<Run>>> {
     Ok(runs.into_iter().flatten().collect())
 }
 
-/// The run's first error, if it failed.
-pub fn run_error(run: &Run) -> Option<Error> {
+/// The run's first error, if it failed, with the op that failed (none for a run that timed out).
+pub fn run_error(run: &Run) -> Option<(Error, Option<&OpKind>)> {
     if run.timed_out() {
-        return Some(Error::TimedOut { text: "TIMEDOUT".into(), prefixed: false });
+        return Some((Error::TimedOut { text: "TIMEDOUT".into(), prefixed: false }, None));
     }
-    (0..run.plan.ops.len()).find_map(|i| match run.outcome(i) {
-        OpOutcome::Failed(e) => Some(e),
+    run.plan.ops.iter().enumerate().find_map(|(i, op)| match run.outcome(i) {
+        OpOutcome::Failed(e) => Some((e, Some(&op.kind))),
         _ => None,
     })
 }
