@@ -125,6 +125,7 @@ test: build venv dist wheel llapi-module ## Unit tests, then the flow tests on R
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
 	cargo build --release --example ort_inprocess
+	cargo build --release --features system-alloc --target-dir $(LEAKCHECK_DIR) --example backend_inprocess
 	$(PYTEST_ENV) $(PYTHON) bench/bench.py
 	$(PYTEST_ENV) $(PYTHON) bench/responsiveness.py
 

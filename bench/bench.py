@@ -13,6 +13,11 @@
    [1,256], three dense layers, output [1,2]) at 16 clients, against PING.
 9. A compute-bound model at batch 1 (heavy.onnx, one row): the module's round trip against ONNX Runtime's own run
    in a process of its own (examples/ort_inprocess.rs).
+10. Single-client latency at default settings, per backend (the same compute-bound MLP, 24 x (256x256 MatMul +
+   Tanh), as heavy.onnx, a TF graph and a TorchScript function) at 1 and 64 rows: p50/p99 of the command and of
+   PING interleaved with it, beside the same backend's run in a process without Redis, with the same load options
+   and threads (examples/backend_inprocess.rs). A backend that runs slower inside the module than alone, or a
+   default that costs latency, shows here.
 """
 import argparse
 import csv
@@ -210,9 +215,15 @@ def resp(*args):
 
 
 def single_client_p50(port, n, command=EXECUTE):
-    """p50 round trip (us) of PING and of `command` (a MODELEXECUTE) from one client, interleaved. Requests are
-    encoded in advance and both replies are one line (+PONG, +OK), so the time is the server's round trip, not
-    a client library's packing and parsing of nine arguments against one."""
+    """p50 round trip (us) of PING and of `command` (a MODELEXECUTE) from one client, interleaved."""
+    ping, run = single_client(port, n, command)
+    return ping[0], run[0]
+
+
+def single_client(port, n, command=EXECUTE):
+    """(p50, p99) round trip (us) of PING and of `command` (a MODELEXECUTE) from one client, interleaved. Requests
+    are encoded in advance and both replies are one line (+PONG, +OK), so the time is the server's round trip,
+    not a client library's packing and parsing of nine arguments against one."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     requests = {"ping": (resp("PING"), b"+PONG\r\n"), "exec": (resp(*command), b"+OK\r\n")}
@@ -227,7 +238,11 @@ def single_client_p50(port, n, command=EXECUTE):
             times[name].append(time.perf_counter() - t0)
             assert reply == expected, reply
     sock.close()
-    return tuple(sorted(times[k])[n // 2] * 1e6 for k in ("ping", "exec"))
+
+    def quantiles(t):
+        t = sorted(t)
+        return t[n // 2] * 1e6, t[min(n - 1, int(n * 0.99))] * 1e6
+    return quantiles(times["ping"]), quantiles(times["exec"])
 
 
 ORT_INPROCESS = os.path.join(ROOT, "target", "release", "examples", "ort_inprocess")
@@ -273,6 +288,113 @@ def bench_heavy_batch1(n):
         print("module round trip %.1f, in-process ONNX Runtime run %.1f, PING %.1f: overhead %.1f us (target <= PING "
               "+ 50 = %.1f)" % (module, ort, ping, module - ort, ping + 50))
     print("runs inline / queued: %s / %s" % (inline, queued))
+
+
+BACKEND_INPROCESS = os.path.join(ROOT, "target", "leakcheck", "release", "examples", "backend_inprocess")
+TORCH_LIB = os.path.join(os.path.dirname(MODULE), "libredisai_torch.so")
+
+# The MLP of tests/data/heavy.onnx, as a TorchScript entry point (its weights are the second input).
+MLP_SCRIPT = """def mlp(tensors: List[Tensor], keys: List[str], args: List[str]):
+    x = tensors[0]
+    w = tensors[1]
+    for i in range(24):
+        x = torch.tanh(torch.matmul(x, w))
+    return x
+"""
+
+
+def mlp_graph():
+    """tests/data/heavy.onnx's MLP (x [-1, 256], 24 x (MatMul W + Tanh), y) as a TF GraphDef."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "flow"))
+    sys.path.insert(0, DATA)
+    from helpers.tf_graphs import DT_FLOAT, a_bool, a_tensor, a_type, graph_def, node_def, placeholder
+    from weights import HEAVY_DEPTH, HEAVY_W, HEAVY_WIDTH
+
+    f = ("T", a_type(DT_FLOAT))
+    nodes = [placeholder("x", DT_FLOAT, [-1, HEAVY_WIDTH]),
+             node_def("W", "Const", attrs=[("dtype", a_type(DT_FLOAT)),
+                                           ("value", a_tensor(DT_FLOAT, list(HEAVY_W.shape), content=HEAVY_W.tobytes()))])]
+    prev = "x"
+    for i in range(HEAVY_DEPTH):
+        nodes.append(node_def(f"m{i}", "MatMul", [prev, "W"], [f, ("transpose_a", a_bool(False)),
+                                                               ("transpose_b", a_bool(False))]))
+        prev = "y" if i == HEAVY_DEPTH - 1 else f"t{i}"
+        nodes.append(node_def(prev, "Tanh", [f"m{i}"], [f]))
+    return graph_def(nodes)
+
+
+def inprocess(backend, path, rows, runs, *extra):
+    """(p50, p99) us of the backend's own run in a process without Redis (examples/backend_inprocess.rs), or None
+    when it is not built."""
+    if not os.path.exists(BACKEND_INPROCESS):
+        return None
+    out = subprocess.run([BACKEND_INPROCESS, backend, path, str(rows), "256", str(runs), *extra],
+                         capture_output=True, check=True, text=True).stdout.split()
+    return float(out[out.index("p50_us") + 1]), float(out[out.index("p99_us") + 1])
+
+
+def bench_latency(runs):
+    """Single client, default settings (nothing but the backend libraries given at load): per backend and rows,
+    the command's and PING's p50/p99 and the in-process run's."""
+    import struct
+    import random
+
+    rng = random.Random(5)
+    work = tempfile.mkdtemp(prefix="redisai-latency-")
+    tf_path, script_path = os.path.join(work, "mlp.pb"), os.path.join(work, "mlp.py")
+    cases = [("ONNX", "heavy.onnx", os.path.join(DATA, "heavy.onnx"), (f"lib={ONNX_LIB}",) if ONNX_LIB else ())]
+    if TF_LIB:
+        with open(tf_path, "wb") as f:
+            f.write(mlp_graph())
+        cases.append(("TF", "MLP graph", tf_path, ("inputs=x", "outputs=y", f"lib={TF_LIB}")))
+    if os.path.exists(TORCH_LIB):
+        with open(script_path, "w") as f:
+            f.write(MLP_SCRIPT)
+        cases.append(("TORCH", "MLP script", script_path, ("function=mlp", f"lib={TORCH_LIB}")))
+    rows_list = (1, 64)
+    s = Server(extra=(["TF", TF_LIB] if TF_LIB else []))
+    results = []
+    try:
+        for rows in rows_list:
+            blob = struct.pack(f"<{rows * 256}f", *(rng.random() - 0.5 for _ in range(rows * 256)))
+            s.cli("-x", "AI.TENSORSET", f"x{rows}", "FLOAT", str(rows), "256", "BLOB", stdin=blob)
+        w = struct.pack("<65536f", *(rng.random() / 16 - 1 / 32 for _ in range(65536)))
+        s.cli("-x", "AI.TENSORSET", "w", "FLOAT", "256", "256", "BLOB", stdin=w)
+        for backend, _, path, _ in cases:
+            if backend == "TORCH":
+                with open(path) as f:
+                    reply = s.cli("-x", "AI.SCRIPTSTORE", "torch", "CPU", "ENTRY_POINTS", "1", "mlp", "SOURCE",
+                                  stdin=f.read().encode())
+            else:
+                io_args = ["INPUTS", "1", "x", "OUTPUTS", "1", "y"] if backend == "TF" else []
+                with open(path, "rb") as f:
+                    reply = s.cli("-x", "AI.MODELSTORE", backend.lower(), backend, "CPU", *io_args, "BLOB",
+                                  stdin=f.read())
+            assert reply == "OK", (backend, reply)
+        for backend, name, path, extra in cases:
+            for rows in rows_list:
+                n = runs if rows == 1 else max(50, runs // 8)
+                if backend == "TORCH":
+                    cmd = ("AI.SCRIPTEXECUTE", "torch", "mlp", "INPUTS", "2", f"x{rows}", "w", "OUTPUTS", "1", "y")
+                else:
+                    cmd = ("AI.MODELEXECUTE", backend.lower(), "INPUTS", "1", f"x{rows}", "OUTPUTS", "1", "y")
+                single_client(s.port, max(20, n // 10), cmd)  # warm-up
+                ping, module = single_client(s.port, n, cmd)
+                alone = inprocess(backend, path, rows, n, *extra)
+                results.append((backend, name, rows, ping, module, alone))
+    finally:
+        s.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("== single client, default settings: p50 / p99 us (module: the command's round trip; in-process: the "
+          "backend's run through the module's seam, without Redis)")
+    print("%-7s %-11s %5s %17s %17s %17s %12s" % ("backend", "model", "rows", "module", "in-process", "PING",
+                                                   "p50 overhead"))
+    for backend, name, rows, ping, module, alone in results:
+        a = "%8.1f /%7.1f" % alone if alone else "%17s" % "(not built)"
+        over = "%9.1f" % (module[0] - alone[0]) if alone else "%9s" % "-"
+        print("%-7s %-11s %5d %8.1f /%7.1f %s %8.1f /%7.1f %12s" % (backend, name, rows, *module, a, *ping, over))
+    if not os.path.exists(BACKEND_INPROCESS):
+        print("  (no in-process figures: build examples/backend_inprocess.rs, as `make bench` does)")
 
 
 def modules_field(server, name):
@@ -520,11 +642,14 @@ def main():
     ap.add_argument("--blob-runs", type=int, default=30)
     ap.add_argument("--tf-requests", type=int, default=50000)
     ap.add_argument("--heavy1-runs", type=int, default=3000)
-    ap.add_argument("--only", help="run one benchmark: execute, idle, dag, devices, batching, memory, blob, tf, heavy1")
+    ap.add_argument("--latency-runs", type=int, default=1000)
+    ap.add_argument("--only", help="run one benchmark: latency, execute, idle, dag, devices, batching, memory, blob, tf, "
+                                   "heavy1")
     a = ap.parse_args()
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
     benches = {
+        "latency": lambda: bench_latency(a.latency_runs),
         "execute": lambda: bench_execute(a.requests),
         "idle": lambda: bench_idle(a.idle_seconds),
         "dag": lambda: bench_dag_vs_commands(a.dag_runs),

@@ -1,8 +1,8 @@
 //! The in-process baseline of `bench/bench.py`: ONNX Runtime's own time for one run of a model through its C
 //! API, as the module makes it (src/backends/onnx_run.rs): input values over existing bytes made once and
 //! reused (as a session does for the same tensors), names made once, a reused RunOptions, the output's shape
-//! and data read by reference and the outputs released; with the session options the module uses (no
-//! spinning, default thread counts), without Redis.
+//! and data read by reference and the outputs released; with the session options the module uses (an intra-op
+//! pool whose threads spin briefly before they block, default thread counts), without Redis.
 //! Usage: `ort_inprocess <libonnxruntime.so> <model.onnx> <rows> <runs>`. Every input is FLOAT, its free
 //! dimensions `rows` (the first) and 2 (the others); prints `p50_us <n>`.
 use std::ffi::CString;
@@ -30,10 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let (rows, runs): (i64, usize) = (rows.parse()?, runs.parse()?);
     let env = ort::init_from(lib)?.with_name("bench").build()?;
-    let session = Session::builder(&env)?
-        .with_intra_op_spinning(false)?
-        .with_inter_op_spinning(false)?
-        .commit_from_file(model)?;
+    let session =
+        Session::builder(&env)?.with_intra_op_spinning(true)?.with_inter_op_spinning(false)?.commit_from_file(model)?;
     let shapes: Vec<Vec<i64>> = session
         .inputs()
         .iter()

@@ -65,6 +65,25 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The intra-op threads a backend session gets: INTRA_OP_PARALLELISM when given, else the cores shared by
+    /// the queue's THREADS_PER_QUEUE workers (each run has a session, and its pool, of its own: 4 workers with
+    /// a pool of every core each would run 4x more threads than cores, and spinning threads on an oversubscribed
+    /// machine are worse than sleeping ones); 0, the backend's default (every core), with one worker.
+    pub fn intra_op_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        default_intra_op(self.intra_op_parallelism, self.threads_per_queue, cores)
+    }
+}
+
+fn default_intra_op(given: usize, threads_per_queue: usize, cores: usize) -> usize {
+    match (given, threads_per_queue) {
+        (0, 0 | 1) => 0,
+        (0, workers) => (cores / workers).max(1),
+        (n, _) => n,
+    }
+}
+
 fn positive(key: &str, val: &[u8], max: i64) -> Result<i64> {
     match parse_i64(val) {
         Some(v) if v > 0 && v <= max => Ok(v),
@@ -172,6 +191,14 @@ pub static CONFIG: std::sync::LazyLock<parking_lot::RwLock<Config>> =
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn intra_op_threads_share_the_cores_among_a_queue_s_workers() {
+        assert_eq!(default_intra_op(0, 1, 16), 0, "one worker: the backend's default, every core");
+        assert_eq!(default_intra_op(0, 4, 16), 4);
+        assert_eq!(default_intra_op(0, 4, 2), 1, "never 0 threads");
+        assert_eq!(default_intra_op(3, 4, 16), 3, "INTRA_OP_PARALLELISM given wins");
+    }
+
     use super::*;
 
     fn parse(s: &str) -> Result<Config> {

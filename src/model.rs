@@ -8,7 +8,7 @@ use crate::config::CONFIG;
 use crate::device::Device;
 use crate::error::Result;
 use crate::exec::deferred::Handle;
-use crate::exec::inline::RunHistory;
+use crate::run_history::RunHistory;
 use crate::stats::{self, EntryKind, Stats};
 
 pub use crate::backend_kind::BackendKind;
@@ -16,7 +16,13 @@ pub use crate::backend_kind::BackendKind;
 /// An input or output count that is not known, so not checked (see `Model::io_counts`).
 pub const ANY_COUNT: usize = usize::MAX;
 
-pub use crate::exec::batch::BatchOpts;
+/// A model's auto-batching options (BATCHSIZE, MINBATCHSIZE, MINBATCHTIMEOUT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchOpts {
+    pub size: u64,
+    pub min_size: u64,
+    pub min_timeout_ms: u64,
+}
 
 /// Everything a model is declared with; what the RDB, AOF and MODELGET carry.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +126,7 @@ fn load_handle(spec: &ModelSpec) -> Result<Box<dyn LoadedModel>> {
     let c = CONFIG.read().clone();
     let opts = LoadOptions {
         device: spec.device.clone(),
-        intra_op_threads: c.intra_op_parallelism,
+        intra_op_threads: c.intra_op_threads(),
         inter_op_threads: c.inter_op_parallelism,
         inputs: spec.inputs.clone(),
         outputs: spec.outputs.clone(),

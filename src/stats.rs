@@ -150,6 +150,14 @@ impl Stats {
         self.errors.fetch_add(1, Relaxed);
     }
 
+    /// A call that failed before any backend ran it: RedisAI's counters and our error kind, no execution.
+    pub fn record_failed_call(&self, kind: ErrorKind) {
+        self.record_error();
+        if detailed() {
+            self.detail.record_error(kind);
+        }
+    }
+
     pub fn reset(&self) {
         for c in [&self.duration_us, &self.samples, &self.calls, &self.errors] {
             c.store(0, Relaxed);

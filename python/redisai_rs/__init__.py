@@ -71,9 +71,13 @@ class Backend:
     library: Optional[Path] = None  # the backend library in the installed wheel
 
     @property
-    def install_hint(self) -> str:
+    def install_target(self) -> str:
         target = f"redisai-rs[{self.extra}]" if self.extra else "redisai-rs"
-        return f"pip install '{target}=={__version__}'"
+        return f"{target}=={__version__}"
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install '{self.install_target}'"
 
     @property
     def matches_pin(self) -> bool:
@@ -124,9 +128,10 @@ def backends() -> List[Backend]:
 
 
 def _missing_path(backend: Backend) -> str:
-    # The module opens the backend at first use and replies `Could not load backend TF from <path>: ...`: a path
-    # that does not exist and names the fix makes that reply say what to do.
-    hint = f"pip-install-redisai-rs[{backend.extra}]" if backend.extra else "pip-install-redisai-rs"
+    # The module opens the backend at first use; given a path that does not exist and names the fix, it replies
+    # `Could not load backend TF: it is not installed (pip install 'redisai-rs[tf]==<version>', then restart the
+    # server)` (src/backends/mod.rs, not_installed).
+    hint = f"pip-install-{backend.install_target}"
     return str(PACKAGE_DIR / "backend-not-installed" / hint / Path(backend.member).name)
 
 

@@ -217,6 +217,12 @@ impl<T> LibrarySlot<T> {
                 self.backend
             ))
         })?;
+        if let Some(spec) = not_installed(&path) {
+            return Err(Error::Unavailable(format!(
+                "Could not load backend {}: it is not installed (pip install '{spec}', then restart the server)",
+                self.backend
+            )));
+        }
         let lib = Arc::new(open(&path)?);
         *slot = Some(lib.clone());
         Ok(lib)
@@ -236,6 +242,16 @@ impl<T> LibrarySlot<T> {
     pub fn loaded(&self) -> Option<Arc<T>> {
         self.slot.lock().clone()
     }
+}
+
+/// The wheel's launcher passes a backend that pip has not installed as a path that does not exist and names the
+/// fix, `<...>/backend-not-installed/pip-install-<requirement>/<library>` (python/redisai_rs): the requirement to
+/// tell the user, when the path is such a one and nothing is there.
+fn not_installed(path: &str) -> Option<&str> {
+    let mut parts = path.split('/').skip_while(|p| *p != "backend-not-installed").skip(1);
+    let spec = parts.next()?.strip_prefix("pip-install-")?;
+    let wellformed = !spec.is_empty() && parts.next().is_some_and(|lib| !lib.is_empty()) && parts.next().is_none();
+    (wellformed && !std::path::Path::new(path).exists()).then_some(spec)
 }
 
 /// RedisAI's name for a backend's directory and library under BACKENDSPATH.
@@ -268,5 +284,25 @@ pub fn resolve_path(path: &str) -> String {
     match &crate::config::CONFIG.read().backends_path {
         Some(base) if !path.starts_with('/') => format!("{base}/{path}"),
         _ => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_installed;
+
+    #[test]
+    fn the_launcher_s_missing_backend_path_names_the_requirement() {
+        let p = "/v/lib/python3.11/site-packages/redisai_rs/backend-not-installed/pip-install-redisai-rs[torch]/libtorch_cpu.so";
+        assert_eq!(not_installed(p), Some("redisai-rs[torch]"));
+        assert_eq!(
+            not_installed("/x/backend-not-installed/pip-install-redisai-rs/libonnxruntime.so"),
+            Some("redisai-rs")
+        );
+        assert_eq!(not_installed("/usr/lib/libtorch_cpu.so"), None, "any other missing path keeps the loader's error");
+        assert_eq!(not_installed("/x/backend-not-installed/redisai-rs/lib.so"), None);
+        assert_eq!(not_installed("/x/backend-not-installed/pip-install-/lib.so"), None);
+        assert_eq!(not_installed("/x/backend-not-installed/pip-install-a/b/lib.so"), None);
+        assert_eq!(not_installed("/x/backend-not-installed/pip-install-a"), None);
     }
 }

@@ -14,10 +14,10 @@ use ort::value::{DynValue, TensorElementType, ValueType};
 
 use super::onnx_run::{backend_err, Direct, InputCache};
 use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool};
+use crate::clock::watchdog;
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::exec::watchdog;
 use crate::tensor::{DataType, Tensor};
 
 /// The library link the fetch script makes in the cache (`scripts/backends.manifest`, which alone names the
@@ -138,10 +138,15 @@ impl OnnxModel {
     }
 
     fn new_session(&self) -> Result<Session> {
-        // Spinning thread-pool workers would steal cores from Redis itself between runs.
+        // The intra-op pool's threads spin briefly before they block: a thread that blocks at once costs each of
+        // a run's parallel sections a wake-up (2x a compute-bound model's latency at one row). Their spin is
+        // bounded, so an idle server still costs nothing. `session.force_spinning_stop` (stop spinning when a run
+        // returns) was measured worse on both sides: the next run's first sections wake sleeping threads again,
+        // and PING answered 7x slower between runs (docs/benchmarks.md, "Thread pools"). The inter-op pool
+        // exists only in parallel execution mode, which the module does not use.
         let mut b = Session::builder(&self.runtime.env).map_err(backend_err)?;
         b = b.with_env_allocators().map_err(backend_err)?;
-        b = b.with_intra_op_spinning(false).map_err(backend_err)?;
+        b = b.with_intra_op_spinning(true).map_err(backend_err)?;
         b = b.with_inter_op_spinning(false).map_err(backend_err)?;
         if self.intra > 0 {
             b = b.with_intra_threads(self.intra).map_err(backend_err)?;
@@ -283,12 +288,12 @@ impl OnnxModel {
             Some(outs) => outs,
             None => {
                 let values = {
-                    let _copying = crate::exec::copy_clock::copying();
+                    let _copying = crate::clock::copy_clock::copying();
                     self.values(inputs)
                 };
                 values.and_then(|values| {
                     let outs = session.run_with_options(&values[..], options).map_err(backend_err)?;
-                    let _copying = crate::exec::copy_clock::copying();
+                    let _copying = crate::clock::copy_clock::copying();
                     outs.values().map(|v| from_value(&v)).collect::<Result<Outputs>>()
                 })
             }

@@ -168,7 +168,7 @@ impl Direct {
     ) -> Result<Outputs> {
         let api = ort::api();
         cache.0.truncate(inputs.len());
-        let copying = crate::exec::copy_clock::copying();
+        let copying = crate::clock::copy_clock::copying();
         for (i, t) in inputs.iter().enumerate() {
             let key = InputKey::of(t);
             if cache.0.get(i).is_some_and(|c| c.key == key) {
@@ -218,7 +218,7 @@ impl Direct {
                 outs.0.as_mut_ptr(),
             )
         })?;
-        let _copying = crate::exec::copy_clock::copying();
+        let _copying = crate::clock::copy_clock::copying();
         outs.0.iter().map(|&v| tensor_of(v)).collect()
     }
 }

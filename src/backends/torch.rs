@@ -164,7 +164,7 @@ impl Backend {
             0 => {}
             code => return Err(self.error(code, err)),
         }
-        let _copying = crate::exec::copy_clock::copying();
+        let _copying = crate::clock::copy_clock::copying();
         // SAFETY: on success the backend returned `n` tensors at `outs`, each describing its own
         // shape/data buffers; we copy them and hand the array back to the backend once.
         unsafe {
@@ -306,7 +306,7 @@ pub fn load_script(spec: &ScriptSpec, device: &crate::device::Device) -> Result<
     // SAFETY: the source is valid for its length during the call; the out-pointers are writable.
     let rc = unsafe { (backend.script_compile)(spec.source.as_ptr(), spec.source.len(), gpu, &mut handle, &mut err) };
     backend.error_from(rc, err)?;
-    let script = TorchScript { backend: backend.clone(), handle, intra: CONFIG.read().intra_op_parallelism as i32 };
+    let script = TorchScript { backend: backend.clone(), handle, intra: CONFIG.read().intra_op_threads() as i32 };
     for name in &spec.entry_points {
         let mut err = std::ptr::null_mut();
         // SAFETY: the handle is live; the name is borrowed for the call.

@@ -47,8 +47,27 @@ pub fn parse_config(argv: &[&[u8]]) -> Result<ConfigCmd> {
     }
 }
 
-/// The AI.INFO reply: RedisAI's 18 elements, then our fields (stats::detail_fields).
-pub fn info_reply(s: &Stats) -> Reply<'static> {
+/// What `AI.INFO <key> [arg]` asks for. RedisAI ignored a third argument other than RESETSTAT (the info is
+/// returned), so `DETAIL` is free for our figures and every other word keeps RedisAI's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InfoCmd {
+    /// RedisAI's 18 elements, exactly.
+    Info,
+    /// RedisAI's 18 elements, then ours (stats::detail_fields).
+    Detail,
+    ResetStat,
+}
+
+pub fn parse_info(third: Option<&[u8]>) -> InfoCmd {
+    match third {
+        Some(a) if is_keyword(a, "RESETSTAT") => InfoCmd::ResetStat,
+        Some(a) if is_keyword(a, "DETAIL") => InfoCmd::Detail,
+        _ => InfoCmd::Info,
+    }
+}
+
+/// The AI.INFO reply: RedisAI's 18 elements, then, with `detail`, our fields (stats::detail_fields).
+pub fn info_reply(s: &Stats, detail: bool) -> Reply<'static> {
     use std::sync::atomic::Ordering::Relaxed;
     let samples = match s.kind {
         EntryKind::Model => s.samples.load(Relaxed),
@@ -75,7 +94,10 @@ pub fn info_reply(s: &Stats) -> Reply<'static> {
         Reply::str("errors"),
         Reply::Int(s.errors.load(Relaxed)),
     ];
-    // Ours, after RedisAI's (clients that read the reply as pairs see extra pairs; docs/commands.md).
+    if !detail {
+        return Reply::Array(fields);
+    }
+    // Ours, after RedisAI's, only when asked for: clients compare the plain reply as a whole (docs/commands.md).
     for (name, value) in crate::stats::detail_fields(&s.detail, crate::histogram::window_now()) {
         fields.push(Reply::str(name));
         fields.push(Reply::Int(value as i64));
@@ -101,5 +123,25 @@ mod tests {
         assert_eq!(e("AI.CONFIG GET"), "ERR wrong number of arguments for 'AI.CONFIG' command");
         assert_eq!(e("AI.CONFIG FOO"), "ERR unsupported subcommand");
         assert_eq!(parse_config(&words("AI.CONFIG model_chunk_size 10")), Ok(ConfigCmd::ModelChunkSize(10)));
+    }
+
+    #[test]
+    fn info_third_argument() {
+        assert_eq!(parse_info(None), InfoCmd::Info);
+        assert_eq!(parse_info(Some(b"resetstat")), InfoCmd::ResetStat);
+        assert_eq!(parse_info(Some(b"Detail")), InfoCmd::Detail);
+        assert_eq!(parse_info(Some(b"whatever")), InfoCmd::Info, "RedisAI ignores any other word");
+    }
+
+    #[test]
+    fn info_reply_is_redisai_s_unless_detail_is_asked_for() {
+        let s = Stats::new(b"k", EntryKind::Script, "TORCH", "CPU", b"t");
+        let Reply::Array(plain) = info_reply(&s, false) else { panic!("not an array") };
+        assert_eq!(plain.len(), 18);
+        assert_eq!(plain[12], Reply::str("samples"));
+        assert_eq!(plain[13], Reply::Int(-1));
+        let Reply::Array(detail) = info_reply(&s, true) else { panic!("not an array") };
+        assert_eq!(detail.len(), 18 + 2 * crate::stats::detail_fields(&s.detail, 0).len());
+        assert_eq!(detail[..18], plain[..]);
     }
 }

@@ -51,6 +51,14 @@ impl CallOp {
         matches!(self.target, Target::Model(_))
     }
 
+    /// The AI.INFO entry of the model or script called.
+    pub fn stats(&self) -> &crate::stats::Stats {
+        match &self.target {
+            Target::Model(model) => &model.stats,
+            Target::Script { script, .. } => &script.stats,
+        }
+    }
+
     /// RedisAI's check when a model op joins a DAG: as many inputs and outputs as the model declares.
     pub fn check_counts(&self) -> Result<()> {
         let Target::Model(model) = &self.target else { return Ok(()) };

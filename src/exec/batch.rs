@@ -6,15 +6,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::model::BatchOpts;
 use crate::tensor::DataType;
-
-/// A model's auto-batching options (BATCHSIZE, MINBATCHSIZE, MINBATCHTIMEOUT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BatchOpts {
-    pub size: u64,
-    pub min_size: u64,
-    pub min_timeout_ms: u64,
-}
 
 /// What a worker takes off its queue.
 pub enum Work<E> {

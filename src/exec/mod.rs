@@ -1,7 +1,6 @@
 //! The execution engine: every execution is a DAG plan, run by per-device queues.
 
 pub mod batch;
-pub mod copy_clock;
 pub mod dag;
 pub mod deferred;
 pub mod inline;
@@ -9,7 +8,6 @@ pub mod lazy_free;
 pub mod op;
 pub mod queue;
 pub mod run;
-pub mod watchdog;
 
 use std::sync::{Arc, OnceLock};
 

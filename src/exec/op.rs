@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use super::copy_clock;
 use super::dag::OpKind;
 use crate::backends::{LoadedModel, Outputs};
+use crate::clock::copy_clock;
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
 use crate::model::Model;
@@ -90,6 +90,12 @@ pub(super) fn op_stats(op: &OpKind) -> &Stats {
         OpKind::Model { model, .. } => &model.stats,
         OpKind::Script { script, .. } => &script.stats,
     }
+}
+
+/// Records a call of a model or script that failed before it could run (a low-level API run context whose
+/// inputs do not match the model): one call and one error, as RedisAI counted the backend's refusal.
+pub fn record_failed_call(stats: &Stats, e: &Error) {
+    stats.record_failed_call(error_kind(e));
 }
 
 /// What AI.INFO's split of `errors` calls this failure.

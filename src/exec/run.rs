@@ -13,10 +13,10 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::batch::{BatchKey, Queued};
-use super::copy_clock;
 use super::dag::{OpKind, Plan};
 use super::op::{self, input_bytes, op_stats, run_model, Req, Sample, Tensors};
 use super::queue::{Job, Queue, Queues};
+use crate::clock::copy_clock;
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
 use crate::stats::{self, ErrorKind};

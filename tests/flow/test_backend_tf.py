@@ -84,6 +84,34 @@ def test_modelstore_meta_and_blob(con, port, name):
         device=b"cpu:1", tag=b"t 1", batch=4, minbatch=2, inputs=ins, outputs=outs) + [b"blob", g]
 
 
+def test_ai_info_as_redisai_s_own_test_reads_it(con):
+    """RedisAI's test_tensorflow_modelinfo, in our words: AI.INFO turned into a dict is exactly RedisAI's nine
+    fields, before any run, after storing the model again, after each of nine runs and after RESETSTAT."""
+    def info():
+        r = con.execute_command("AI.INFO", "m{1}")
+        return {r[i].decode(): r[i + 1].decode() if isinstance(r[i + 1], bytes) else r[i + 1]
+                for i in range(0, len(r), 2)}
+
+    tf_store(con, "m{1}", "mul")
+    fresh = {"key": "m{1}", "type": "MODEL", "backend": "TF", "device": "CPU", "tag": "", "duration": 0,
+             "samples": 0, "calls": 0, "errors": 0}
+    assert info() == fresh
+    tf_store(con, "m{1}", "mul")
+    assert info() == fresh
+    set_tensor(con, "a{1}", np.array([[2, 3], [2, 3]], dtype=np.float32))
+    set_tensor(con, "b{1}", np.array([[2, 3], [2, 3]], dtype=np.float32))
+    previous = 0
+    for call in range(1, 10):
+        assert model_execute(con, "m{1}", ["a{1}", "b{1}"], ["c{1}"]) == b"OK"
+        now = info()
+        assert now.keys() == fresh.keys(), now
+        assert now["duration"] > previous, now
+        assert (now["samples"], now["calls"], now["errors"]) == (2 * call, call, 0), now
+        previous = now["duration"]
+    assert con.execute_command("AI.INFO", "m{1}", "RESETSTAT") == b"OK"
+    assert info() == fresh
+
+
 def test_modelstore_tf_parse_errors(con, port):
     """TF's INPUTS / OUTPUTS checks of AI.MODELSTORE, in the order they are made."""
     g = tf_blob("mul")

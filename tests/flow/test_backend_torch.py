@@ -277,6 +277,21 @@ def test_intra_op_parallelism_one(server):
 # without the backend library
 
 
+def test_backend_not_installed_says_so_in_words(make_server, tmp_path):
+    """The wheel's launcher passes a backend pip has not installed as <...>/backend-not-installed/pip-install-<req>/
+    <library> (python/redisai_rs): the reply says, in words, that the backend is not installed and which pip
+    command installs it, for models and scripts; no loader text, no path."""
+    missing = tmp_path / "redisai_rs" / "backend-not-installed" / "pip-install-redisai-rs[torch]" / "libtorch_cpu.so"
+    srv = make_server(module_args=["TORCH", str(missing)], name="torch_not_installed")
+    con = srv.client()
+    src = "def bar(tensors: List[Tensor], keys: List[str], args: List[str]):\n    return tensors[0]\n"
+    want = "Could not load backend TORCH: it is not installed (pip install 'redisai-rs[torch]', then restart the server)"
+    for cmd in (["AI.MODELSTORE", "m", "TORCH", "CPU", "BLOB", pt_blob("torch_add")],
+                ["AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "bar", "SOURCE", src]):
+        assert error_text(con.execute_command, *cmd) == want
+    assert con.exists("m") == 0 and con.exists("s") == 0
+
+
 def test_without_torch_library(make_server):
     srv = make_server(module_args=["TORCH", BOGUS_TORCH], name="no_torch")
     con = srv.client()

@@ -175,6 +175,27 @@ def test_ai_info_counts_dag_ops(llapi):
     assert (s1["calls"] - s0["calls"], s1["errors"] - s0["errors"]) == (2, 1), (s0, s1)
 
 
+@pytest.mark.parametrize("how", ["ASYNC", "SYNC"])
+def test_ai_info_counts_failed_api_runs(llapi, how):
+    """RedisAI's test_model_run_async: a run of m{1} without inputs (it fails), then a proper one; AI.INFO then
+    says calls 2, errors 1, samples 2, as RedisAI did. The failed run counts as a failed run through a command does
+    (one call, one error of kind backend), though no backend executed it."""
+    srv, con = llapi
+    assert con.execute_command("AI.INFO", "m{1}", "RESETSTAT") == b"OK"
+    run_ok(srv, con, "LLAPI.FAILTHENRUN", how)
+    reply = con.execute_command("AI.INFO", "m{1}")
+    assert reply[12:] == [b"samples", 2, b"calls", 2, b"errors", 1], reply
+    info = ai_info(con, "m{1}")
+    assert (info["errors_backend"], info["errors_refused"], info["errors_timeout"]) == (1, 0, 0), info
+    assert info["executions"] == 1, info
+    # the same kind of failure through a command: one more call and one more error
+    set_tensor(con, "i{1}", np.array([[1, 2]], dtype=np.int32))
+    with pytest.raises(redis.exceptions.ResponseError):
+        con.execute_command("AI.MODELEXECUTE", "m{1}", "INPUTS", 2, "i{1}", "b{1}", "OUTPUTS", 1, "c{1}")
+    after = ai_info(con, "m{1}")
+    assert (after["calls"], after["errors"], after["errors_backend"]) == (3, 2, 2), after
+
+
 def test_info_modules_api_version(llapi):
     srv, con = llapi
     version = con.execute_command("LLAPI.VERSION")

@@ -16,8 +16,8 @@ from helpers.dag import dag_cmd, is_error, tensorset_args
 from helpers.data import DATA_DIR
 from helpers.onnx_models import OUR_INFO_FIELDS as OURS
 from helpers.onnx_models import REDISAI_INFO_FIELDS as REDISAI
-from helpers.onnx_models import (AI_INFO_LEN, FLOAT_FMT, ai_info, big_model, blob, check_common_sections, loop_model,
-                                 mexec, model_execute, modules_sections, sessions, set_tensor, store)
+from helpers.onnx_models import (AI_INFO_DETAIL_LEN, AI_INFO_LEN, FLOAT_FMT, ai_info, big_model, blob,
+                                 check_common_sections, loop_model, mexec, model_execute, modules_sections, sessions, set_tensor, store)
 from helpers.resp import raw_command
 from helpers.server import REPO_ROOT
 from helpers.tf_models import TF_VERSION, tf_store
@@ -29,7 +29,7 @@ QUEUED = ("INLINE_THRESHOLD", "0")  # every run through the queue, so that queue
 
 
 def info(con, key):
-    r = con.execute_command("AI.INFO", key)
+    r = con.execute_command("AI.INFO", key, "DETAIL")
     return {k.decode(): v for k, v in zip(r[::2], r[1::2])}
 
 
@@ -71,7 +71,7 @@ def test_fields_follow_redisai_and_reset(con):
     set_tensor(con, "a", np.ones((2, 2), dtype=np.float32))
     for _ in range(5):
         con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
-    r = con.execute_command("AI.INFO", "m")
+    r = con.execute_command("AI.INFO", "m", "DETAIL")
     assert tuple(k.decode() for k in r[::2]) == REDISAI + OURS
     f = info(con, "m")
     assert f["calls"] == 5 and f["executions"] == 5 and f["inline_runs"] + f["queued_runs"] == 5, f
@@ -308,15 +308,38 @@ def arity(cmd):
     return f"ERR wrong number of arguments for '{cmd}' command"
 
 
-# A model's AI.INFO before any run (and after RESETSTAT): RedisAI's fields, then ours, all zero.
+# A model's AI.INFO before any run (and after RESETSTAT): exactly RedisAI's fields; with DETAIL, then ours, all zero.
 FRESH_INFO = [b"key", b"m", b"type", b"MODEL", b"backend", b"ONNX", b"device", b"CPU", b"tag", b"v1",
               b"duration", 0, b"samples", 0, b"calls", 0, b"errors", 0]
-FRESH_INFO += [x for f in OURS for x in (f.encode(), 0)]
+FRESH_INFO_DETAIL = FRESH_INFO + [x for f in OURS for x in (f.encode(), 0)]
+
+
+def test_ai_info_default_reply_is_redisai_s(con, port):
+    """By default the reply is RedisAI's nine pairs and nothing else, field by field (RedisAI's own
+    test_tensorflow_modelinfo compares the whole reply), after runs as before them; our figures only with DETAIL."""
+    store(con, "m", "linear", "TAG", "v1")
+    set_tensor(con, "x", np.ones((2, 4), dtype=np.float32))
+    model_execute(con, "m", ["x"], ["y"])
+    reply = con.execute_command("AI.INFO", "m")
+    assert len(reply) == AI_INFO_LEN == 18, reply
+    assert reply[:10] == [b"key", b"m", b"type", b"MODEL", b"backend", b"ONNX", b"device", b"CPU", b"tag", b"v1"]
+    assert reply[10] == b"duration" and isinstance(reply[11], int) and reply[11] > 0, reply
+    assert reply[12:] == [b"samples", 2, b"calls", 1, b"errors", 0], reply
+    # the same over RESP as sent, for a client that reads the raw reply
+    raw = raw_command(port, "AI.INFO", "m")
+    assert len(raw) == 18 and [f.decode() if isinstance(f, bytes) else f for f in raw[::2]] == list(REDISAI), raw
+    detail = con.execute_command("AI.INFO", "m", "DETAIL")
+    assert len(detail) == AI_INFO_DETAIL_LEN and tuple(k.decode() for k in detail[::2]) == REDISAI + OURS, detail
+    assert detail[:10] == reply[:10] and detail[12:18] == reply[12:18]
+    assert con.execute_command("AI.INFO", "m", "detail")[::2] == detail[::2], "DETAIL in any case"
+    f = info(con, "m")
+    assert (f["calls"], f["executions"]) == (1, 1), f
 
 
 def test_ai_info(con, port):
     store(con, "m", "linear", "TAG", "v1")
     assert con.execute_command("AI.INFO", "m") == FRESH_INFO
+    assert con.execute_command("AI.INFO", "m", "DETAIL") == FRESH_INFO_DETAIL
     for batch in (1, 5, 3):
         set_tensor(con, "x", np.ones((batch, 4), dtype=np.float32))
         model_execute(con, "m", ["x"], ["y"])
@@ -335,8 +358,9 @@ def test_ai_info(con, port):
     # RESETSTAT
     assert raw_command(port, "AI.INFO", "m", "RESETSTAT") == "OK"
     assert con.execute_command("AI.INFO", "m") == FRESH_INFO
+    assert con.execute_command("AI.INFO", "m", "DETAIL") == FRESH_INFO_DETAIL
     assert con.execute_command("AI.INFO", "m", "resetstat") == b"OK"
-    # any other third argument is ignored
+    # any other third argument is ignored, as RedisAI did
     assert len(con.execute_command("AI.INFO", "m", "whatever")) == AI_INFO_LEN
     # two outputs: samples = dim 0 of the first output
     store(con, "t", "two_outputs")
@@ -348,6 +372,8 @@ def test_ai_info(con, port):
 def test_ai_info_errors(con, port):
     check_error_raw(port, arity("AI.INFO"), "AI.INFO")
     check_error_raw(port, arity("AI.INFO"), "AI.INFO", "m", "RESETSTAT", "x")
+    check_error_raw(port, arity("AI.INFO"), "AI.INFO", "m", "DETAIL", "x")
+    check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "nokey", "DETAIL")
     check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "nokey")
     check_error_raw(port, "ERR cannot find run info for key", "AI.INFO", "nokey", "RESETSTAT")
     set_tensor(con, "t", np.ones(1, dtype=np.float32))

@@ -12,6 +12,8 @@
  *   LLAPI.ERRORS           the RAI_Error functions
  *   LLAPI.TENSORS <key>    the tensor functions; <key> holds a tensor set with AI.TENSORSET (t{1})
  *   LLAPI.MODELRUN         model runs: sync, failing, async, batched, from the keyspace, copies, serialization
+ *   LLAPI.FAILTHENRUN SYNC|ASYNC   m{1} run without inputs (fails), then with a{1} b{1}: RedisAI's
+ *                          test_model_run_async, whose AI.INFO counts the flow test checks
  *   LLAPI.MODELCREATE <graph> <bad blob>   RedisAI_ModelCreate with the TF graph tests/data/tf_mul.pb
  *   LLAPI.SCRIPTRUN        script runs: sync, deprecated adders, input lists, async, ScriptCreate
  *   LLAPI.DAGRUN           DAGs (RedisAI's tests/module/DAG_utils.c tests, and a DAG without model or script)
@@ -27,6 +29,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* ============================================================================================================
@@ -981,6 +984,35 @@ static int cmd_modelrun(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
            mr_async_no_inputs(model, failed) && mr_nested_sync(&in, model, failed) && mr_batch(&in, model, failed) &&
            mr_keyspace(ctx, model, failed) && mr_copy_serialize(&in, model, failed));
 cleanup:
+    return reply_result(ctx, failed);
+}
+
+/* ============================================================================================================
+ * LLAPI.FAILTHENRUN SYNC|ASYNC: one run of m{1} that fails (no inputs), then one that succeeds, nothing else, so
+ * that AI.INFO's counts after it are exact (RedisAI's test module does this and expects calls 2, errors 1). */
+
+static int cmd_failthenrun(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 2) return RedisModule_WrongArity(ctx);
+    char failed[FAILED_LEN] = "";
+    Inputs in;
+    RAI_Model *model = NULL;
+    RAI_ModelRunCtx *mctx = NULL;
+    const char *how = RedisModule_StringPtrLen(argv[1], NULL);
+    int sync = strcasecmp(how, "SYNC") == 0;
+    CHECK(sync || strcasecmp(how, "ASYNC") == 0, "argument SYNC or ASYNC");
+    if (!load_inputs(ctx, &in, failed)) goto cleanup;
+    model = key_value(ctx, "m{1}", RedisAI_ModelRedisType());
+    CHECK(model, "model m{1} in the keyspace, of type ModelRedisType");
+    if (sync) {
+        CHECK(mr_sync_no_inputs(model, failed), "sync run without inputs fails");
+        mctx = mul_ctx(model, in.a, in.b, failed, __LINE__);
+        CHECK(mctx, "run context of m{1}");
+        CHECK(run_mul_sync(mctx, in.prod, in.n, in.dims, in.ndims, failed, __LINE__), "sync run of m{1}: a * b");
+    } else {
+        (void)(mr_async_no_inputs(model, failed) && mr_async(&in, model, failed));
+    }
+cleanup:
+    if (mctx) RedisAI_ModelRunCtxFree(mctx);
     return reply_result(ctx, failed);
 }
 
@@ -1961,6 +1993,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         {"LLAPI.ERRORS", cmd_errors, "readonly", 0, 0, 0},
         {"LLAPI.TENSORS", cmd_tensors, "readonly", 1, 1, 1},
         {"LLAPI.MODELRUN", cmd_modelrun, "readonly", 0, 0, 0},
+        {"LLAPI.FAILTHENRUN", cmd_failthenrun, "readonly", 0, 0, 0},
         {"LLAPI.MODELCREATE", cmd_modelcreate, "readonly", 0, 0, 0},
         {"LLAPI.SCRIPTRUN", cmd_scriptrun, "readonly", 0, 0, 0},
         {"LLAPI.DAGRUN", cmd_dagrun, "readonly", 0, 0, 0},

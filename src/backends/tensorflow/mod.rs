@@ -348,7 +348,7 @@ impl LoadedModel for TfModel {
         let a = &*self.api;
         let mut ins = Tensors(a, Vec::with_capacity(inputs.len()));
         {
-            let _copying = crate::exec::copy_clock::copying();
+            let _copying = crate::clock::copy_clock::copying();
             for t in inputs {
                 ins.1.push(self.make_input(t)?);
             }
@@ -377,7 +377,7 @@ impl LoadedModel for TfModel {
             (a.delete_buffer)(run_options);
         }
         status.check()?;
-        let _copying = crate::exec::copy_clock::copying();
+        let _copying = crate::clock::copy_clock::copying();
         outs.1.iter().map(|&t| self.read_output(t)).collect()
     }
 }

@@ -352,7 +352,7 @@ impl TfLiteModel {
             inst.shapes = vec![Vec::new(); n_in];
         }
         let mut ins = Buffers(a, vec![std::ptr::null_mut(); n_in]);
-        let copying_in = crate::exec::copy_clock::copying();
+        let copying_in = crate::clock::copy_clock::copying();
         // SAFETY: the compiled model and environment are live and used by this thread only;
         // every layout has rank <= MAX_RANK; a locked buffer holds at least the bytes it was created with,
         // which is what we copy in or out; buffers are destroyed by `Buffers`.
@@ -430,7 +430,7 @@ impl TfLiteModel {
                 }
                 return Err(Error::Backend(format!("TFLITE: LiteRT failed to run the model (status {status})")));
             }
-            let _copying = crate::exec::copy_clock::copying();
+            let _copying = crate::clock::copy_clock::copying();
             let mut result = Outputs::with_capacity(n_out);
             for port in &self.outputs {
                 let dtype = our_type(port.element_type).unwrap_or(DataType::Float);

@@ -2,7 +2,7 @@
 
 use super::Cmd;
 use crate::backends;
-use crate::commands::config::{info_reply, parse_config, ConfigCmd};
+use crate::commands::config::{info_reply, parse_config, parse_info, ConfigCmd, InfoCmd};
 use crate::commands::is_keyword;
 use crate::config::CONFIG;
 use crate::error::{Error, Result};
@@ -12,11 +12,12 @@ use crate::stats::{self, EntryKind};
 
 pub fn info(c: &Cmd) -> Result<()> {
     let s = stats::lookup(c.args[1]).ok_or(Error::NoRunInfo)?;
-    if c.args.get(2).is_some_and(|a| is_keyword(a, "RESETSTAT")) {
-        s.reset();
-        c.reply(&Reply::OK);
-    } else {
-        c.reply(&info_reply(&s));
+    match parse_info(c.args.get(2).copied()) {
+        InfoCmd::ResetStat => {
+            s.reset();
+            c.reply(&Reply::OK);
+        }
+        what => c.reply(&info_reply(&s, what == InfoCmd::Detail)),
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use super::run::{self, Callback, Lent, OnFinish};
 use super::{ffi, share, ERR, OK};
 use crate::commands::dag_builder::{call_plan, CallOp};
 use crate::error::Error;
+use crate::exec::op::record_failed_call;
 use crate::exec::run::Run;
 use crate::tensor::Tensor;
 
@@ -50,11 +51,13 @@ impl RunCtx {
         }
     }
 
+    /// The run's plan; a context that cannot run counts in AI.INFO as a failed call, as RedisAI counted the
+    /// backend's refusal of it (its test module runs a model without inputs and expects `calls 2, errors 1`).
     fn plan(&mut self) -> crate::error::Result<crate::exec::dag::Plan> {
         self.op.set_list_from(self.list_from);
         self.outputs.clear();
         self.error = None;
-        call_plan(&self.op, &self.tensors)
+        call_plan(&self.op, &self.tensors).inspect_err(|e| record_failed_call(self.op.stats(), e))
     }
 
     fn fail(&mut self, e: &Error) {
@@ -153,7 +156,9 @@ pub fn run_sync(name: &str, ctxs: *const *mut RunCtx, n: c_longlong, err: *mut R
             unsafe { error::set(err, error::EMODELRUN, &Error::parse("no run context to run")) };
             return ERR;
         }
-        let plans = ctxs.iter_mut().map(|c| c.plan()).collect::<crate::error::Result<Vec<_>>>();
+        // Every context is planned (each one that cannot run counts), then the first error fails them all.
+        let plans =
+            ctxs.iter_mut().map(|c| c.plan()).collect::<Vec<_>>().into_iter().collect::<crate::error::Result<Vec<_>>>();
         let runs = plans.and_then(run::wait);
         match runs {
             Ok(runs) => {

@@ -53,18 +53,21 @@ def model_execute(con, key, inputs, outputs, *extra):
                                "OUTPUTS", len(outputs), *outputs, *extra)
 
 
-# AI.INFO: RedisAI's 9 pairs, then this module's (docs/commands.md, "Observability"), in this order.
+# AI.INFO: RedisAI's 9 pairs; `AI.INFO <key> DETAIL` adds this module's (docs/commands.md, "Observability"), in
+# this order.
 REDISAI_INFO_FIELDS = ("key", "type", "backend", "device", "tag", "duration", "samples", "calls", "errors")
 OUR_INFO_FIELDS = (
     "executions", "inline_runs", "queued_runs", "errors_timeout", "errors_refused", "errors_backend", "batch_size_p50",
     "batch_size_p99", "queue_us", "queue_p50_us", "queue_p99_us", "backend_us", "backend_p50_us", "backend_p99_us",
     "copy_us", "copy_p50_us", "copy_p99_us", "total_us", "total_p50_us", "total_p99_us")
-AI_INFO_LEN = 2 * (len(REDISAI_INFO_FIELDS) + len(OUR_INFO_FIELDS))
+AI_INFO_LEN = 2 * len(REDISAI_INFO_FIELDS)
+AI_INFO_DETAIL_LEN = 2 * (len(REDISAI_INFO_FIELDS) + len(OUR_INFO_FIELDS))
 
 
 def ai_info(con, key):
-    """AI.INFO reply as a dict (keys decoded), checking that its fields are RedisAI's, then ours, in order."""
-    reply = con.execute_command("AI.INFO", key)
+    """`AI.INFO <key> DETAIL` as a dict (keys decoded), checking that its fields are RedisAI's, then ours, in
+    order."""
+    reply = con.execute_command("AI.INFO", key, "DETAIL")
     assert tuple(k.decode() for k in reply[::2]) == REDISAI_INFO_FIELDS + OUR_INFO_FIELDS, reply
     return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
 
