@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use redisai::backend_kind::BackendKind;
-use redisai::backends::{self, LoadOptions};
+use redisai::backends::{self, LoadOptions, RunRequest, ScriptRequest};
+use redisai::caller::Caller;
 use redisai::config::CONFIG;
 use redisai::device::Device;
 use redisai::script_spec::{CallStyle, ScriptSpec};
@@ -43,6 +44,8 @@ fn main() -> Res<()> {
         CONFIG.write().backend_libs.push((kind.name().to_string(), lib));
     }
     let device = Device::parse(b"CPU")?;
+    // MODEL_EXECUTION_TIMEOUT's default, as the module gives each run.
+    let limit = std::time::Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
     let run: Box<dyn Fn() -> Res<()>> = if let Some(function) = opt("function") {
         let spec = ScriptSpec {
             device_name: "CPU".into(),
@@ -53,7 +56,18 @@ fn main() -> Res<()> {
         let script = backends::load_script(&spec, &device)?;
         let (x, w) = (floats(rows, cols, 1)?, floats(cols, cols, 2)?);
         Box::new(move || {
-            script.run(function.as_bytes(), CallStyle::EntryPoint, &[&x, &w], &[], &[])?;
+            let deadline = std::time::Instant::now() + limit;
+            let tensors = [&x, &w];
+            let call = ScriptRequest {
+                function: function.as_bytes(),
+                style: CallStyle::EntryPoint,
+                tensors: &tensors,
+                keys: &[],
+                args: &[],
+                caller: &Caller::default(),
+                deadline,
+            };
+            script.run(&call)?;
             Ok(())
         })
     } else {
@@ -68,7 +82,8 @@ fn main() -> Res<()> {
         let model = backends::load_model(kind, Arc::new(std::fs::read(file)?), &opts)?;
         let inputs = (0..model.inputs().len() as u32).map(|i| floats(rows, cols, i)).collect::<Res<Vec<_>>>()?;
         Box::new(move || {
-            model.run(&inputs.iter().collect::<Vec<_>>())?;
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            model.run(&RunRequest::new(&refs, &Caller::default(), limit))?;
             Ok(())
         })
     };

@@ -17,7 +17,7 @@ from pathlib import Path
 # import its own layer and those below it.
 LAYERS = [
     {"limits", "error", "tensor", "device", "backend_kind", "script_spec", "histogram", "stats", "config", "reply",
-     "clock", "blob", "log"},
+     "clock", "blob", "log", "caller"},
     {"admission"},
     {"backends"},
     {"model", "script", "run_history"},

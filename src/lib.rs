@@ -5,6 +5,7 @@ pub mod admission;
 pub mod backend_kind;
 pub mod backends;
 pub mod blob;
+pub mod caller;
 pub mod clock;
 pub mod commands;
 pub mod config;

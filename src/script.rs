@@ -9,35 +9,6 @@ use crate::stats::{self, EntryKind, Stats};
 
 pub use crate::script_spec::{CallStyle, ScriptSpec};
 
-/// Whom a run acts for: what scripts' `redis.execute` and `redisAI.model_execute` (and TorchScript models that
-/// call them) run as. Callbacks act with the client's ACL user, never as the module's superuser context.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Caller {
-    /// The client's database.
-    pub db: i32,
-    /// The client's ACL user name; `None` (not looked up: the run has no TorchScript) makes callbacks refuse.
-    pub user: Option<Arc<[u8]>>,
-    /// The command was read-only (AI.DAGEXECUTE_RO, AI.DAGRUN_RO): callbacks may not write.
-    pub read_only: bool,
-}
-
-thread_local! {
-    /// The caller of the request whose op runs on this thread.
-    static CALLER: std::cell::RefCell<Caller> = std::cell::RefCell::new(Caller::default());
-}
-
-/// Runs `f` with `caller` as the caller that script callbacks of this thread act for.
-pub fn with_caller<R>(caller: &Caller, f: impl FnOnce() -> R) -> R {
-    let old = CALLER.with(|c| c.replace(caller.clone()));
-    let r = f();
-    CALLER.with(|c| *c.borrow_mut() = old);
-    r
-}
-
-pub fn current_caller() -> Caller {
-    CALLER.with(|c| c.borrow().clone())
-}
-
 pub struct Script {
     pub spec: ScriptSpec,
     pub device: std::result::Result<Device, Error>,

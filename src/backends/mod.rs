@@ -19,9 +19,10 @@ pub mod torch_abi;
 
 use crate::blob::Blob;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend_kind::BackendKind;
+use crate::caller::Caller;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::script_spec::{CallStyle, ScriptSpec};
@@ -40,11 +41,55 @@ pub struct LoadOptions {
 /// A model run's output tensors (a few: on the stack).
 pub type Outputs = smallvec::SmallVec<[Tensor; 2]>;
 
-/// A model ready to run. `run` may be called from several worker threads at once.
+/// One model run as the engine asks for it: the inputs and the kill switch's deadline. A backend reads nothing
+/// else about a run from globals, so that a run can cross a process boundary as this value (docs/design.md,
+/// "Isolated execution").
+pub struct RunRequest<'a> {
+    pub inputs: &'a [&'a Tensor],
+    /// Whom the run acts for: the callbacks of a TorchScript model (`redis.execute`, …) use its ACL user.
+    pub caller: &'a Caller,
+    /// When the engine started the run.
+    pub start: Instant,
+    /// When the kill switch stops it: MODEL_EXECUTION_TIMEOUT after `start`, or the inline limit.
+    pub deadline: Instant,
+}
+
+impl<'a> RunRequest<'a> {
+    /// A run starting now, stopped after `limit`.
+    pub fn new(inputs: &'a [&'a Tensor], caller: &'a Caller, limit: Duration) -> RunRequest<'a> {
+        let start = Instant::now();
+        RunRequest { inputs, caller, start, deadline: start + limit }
+    }
+
+    /// The time the run was given.
+    pub fn limit(&self) -> Duration {
+        self.deadline.saturating_duration_since(self.start)
+    }
+}
+
+/// Milliseconds left until `deadline`, rounded up and at least 1 (backends that take a timeout, not a deadline:
+/// 0 would mean "none" to some).
+pub fn remaining_ms(deadline: Instant) -> u64 {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (left.as_micros().div_ceil(1000) as u64).max(1)
+}
+
+/// What a model run gives the engine back.
+#[derive(Debug)]
+pub struct RunReport {
+    pub outputs: Outputs,
+    /// µs spent copying the inputs in and the outputs out (AI.INFO's `copy_*`).
+    pub copy_us: u64,
+}
+
+/// A model ready to run. `run` may be called from several worker threads at once. The engine calls `execute`
+/// and `execute_within` (the seam: a request in, a report out); a backend in this process implements `run` and
+/// `run_within`, and times its copies with `clock::copy_clock` on the calling thread.
 pub trait LoadedModel: Send + Sync {
     fn inputs(&self) -> &[String];
     fn outputs(&self) -> &[String];
-    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs>;
+    /// Runs to the end, or until the deadline (then the kill switch's error).
+    fn run(&self, req: &RunRequest) -> Result<Outputs>;
 
     /// Whether `run_within` stops a run that takes too long (a kill switch between ops): only such models
     /// run inline on Redis's main thread (exec/inline.rs).
@@ -52,100 +97,147 @@ pub trait LoadedModel: Send + Sync {
         false
     }
 
-    /// `run` started `now`, stopped once `deadline` has passed: `None` then (the run had no effect; the caller
-    /// queues it).
-    fn run_within(&self, inputs: &[&Tensor], now: Instant, deadline: Instant) -> Option<Result<Outputs>> {
-        let _ = (now, deadline);
-        Some(self.run(inputs))
+    /// `run`, but stopped once the deadline has passed gives `None` (the run had no effect; the caller queues
+    /// it), and a model without a session at hand does not make one.
+    fn run_within(&self, req: &RunRequest) -> Option<Result<Outputs>> {
+        Some(self.run(req))
     }
+
+    /// The run and what its copies took.
+    fn execute(&self, req: &RunRequest) -> Result<RunReport> {
+        let (result, copy_us) = crate::clock::copy_clock::measure(|| self.run(req));
+        result.map(|outputs| RunReport { outputs, copy_us })
+    }
+
+    /// `run_within` and what its copies took.
+    fn execute_within(&self, req: &RunRequest) -> Option<Result<RunReport>> {
+        let (result, copy_us) = crate::clock::copy_clock::measure(|| self.run_within(req));
+        result.map(|r| r.map(|outputs| RunReport { outputs, copy_us }))
+    }
+}
+
+/// One call of a compiled script's function, as the engine asks for it.
+pub struct ScriptRequest<'a> {
+    pub function: &'a [u8],
+    pub style: CallStyle,
+    pub tensors: &'a [&'a Tensor],
+    pub keys: &'a [Vec<u8>],
+    pub args: &'a [Vec<u8>],
+    /// Whom the call acts for (its callbacks' ACL user, database, read-only).
+    pub caller: &'a Caller,
+    /// MODEL_EXECUTION_TIMEOUT after the call's start.
+    pub deadline: Instant,
 }
 
 /// A compiled script. `run` may be called from several worker threads at once.
 pub trait LoadedScript: Send + Sync {
-    fn run(
-        &self,
-        function: &[u8],
-        style: CallStyle,
-        tensors: &[&Tensor],
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
-    ) -> Result<Vec<Tensor>>;
+    fn run(&self, req: &ScriptRequest) -> Result<Vec<Tensor>>;
+}
+
+/// Compiles a script's source and checks its entry points.
+pub type ScriptLoader = fn(&ScriptSpec, &Device) -> Result<Box<dyn LoadedScript>>;
+
+/// What the module knows of one backend built into it: the one place that names the backends' modules, so
+/// that what is built in is a table, not a `cfg` match at every use.
+pub struct BackendEntry {
+    pub kind: BackendKind,
+    /// Its version's field in INFO's `ai_backends_info` (RedisAI's name).
+    pub version_field: &'static str,
+    /// The library's version, once it is loaded.
+    pub version: fn() -> Option<String>,
+    /// `AI.CONFIG LOADBACKEND <backend> <path>`.
+    pub load_library: fn(&str) -> Result<()>,
+    /// Builds an admitted model.
+    pub load_model: fn(Blob, &LoadOptions) -> Result<Box<dyn LoadedModel>>,
+    /// Compiles a script (TORCH only).
+    pub load_script: Option<ScriptLoader>,
+    /// What the backend adds to INFO besides its version, once loaded: `(section, field, value)`.
+    pub info: fn() -> Vec<(&'static str, &'static str, u64)>,
+}
+
+fn no_info() -> Vec<(&'static str, &'static str, u64)> {
+    Vec::new()
+}
+
+/// The backends built into this module, in the order RedisAI's INFO lists their versions.
+pub static BACKENDS: &[BackendEntry] = &[
+    #[cfg(feature = "tensorflow")]
+    BackendEntry {
+        kind: BackendKind::Tf,
+        version_field: "TensorFlow_version",
+        version: tensorflow::version,
+        load_library: tensorflow::load_library,
+        load_model: tensorflow::load,
+        load_script: None,
+        info: no_info,
+    },
+    #[cfg(feature = "tflite")]
+    BackendEntry {
+        kind: BackendKind::TfLite,
+        version_field: "TensorFlowLite_version",
+        version: tflite::version,
+        load_library: tflite::load_library,
+        load_model: tflite::load,
+        load_script: None,
+        info: tflite::info,
+    },
+    #[cfg(feature = "torch")]
+    BackendEntry {
+        kind: BackendKind::Torch,
+        version_field: "Torch_version",
+        version: torch::version,
+        load_library: torch::load_library,
+        load_model: torch::load,
+        load_script: Some(torch::load_script),
+        info: no_info,
+    },
+    #[cfg(feature = "onnx")]
+    BackendEntry {
+        kind: BackendKind::Onnx,
+        version_field: "onnxruntime_version",
+        version: onnx::version,
+        load_library: onnx::load_library,
+        load_model: onnx::load,
+        load_script: None,
+        info: onnx::info,
+    },
+];
+
+/// The entry of `kind`, or why there is none.
+fn entry(kind: BackendKind) -> Result<&'static BackendEntry> {
+    BACKENDS.iter().find(|b| b.kind == kind).ok_or_else(|| {
+        Error::Unavailable(format!("Could not load backend {}: not built into this module", kind.name()))
+    })
 }
 
 /// Compiles a TorchScript script and checks its entry points (scripts only exist for TORCH).
 pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedScript>> {
-    #[cfg(feature = "torch")]
-    {
-        torch::load_script(spec, device)
-    }
-    #[cfg(not(feature = "torch"))]
-    {
-        let _ = (spec, device);
-        Err(Error::Unavailable("Could not load backend TORCH: not built into this module".into()))
-    }
+    let load =
+        entry(BackendKind::Torch)?.load_script.ok_or_else(|| Error::Internal("TORCH compiles no scripts".into()))?;
+    load(spec, device)
 }
 
 /// Admits (crate::admission) and builds a model: every way a model comes in (store, RDB/AOF load, RESTORE,
 /// replication) ends here, so a refused model never reaches a backend.
 pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     crate::admission::check(backend, &blob)?;
-    match backend {
-        #[cfg(feature = "onnx")]
-        BackendKind::Onnx => onnx::load(blob, opts),
-        #[cfg(feature = "tensorflow")]
-        BackendKind::Tf => tensorflow::load(blob, opts),
-        #[cfg(feature = "tflite")]
-        BackendKind::TfLite => tflite::load(blob, opts),
-        #[cfg(feature = "torch")]
-        BackendKind::Torch => torch::load(blob, opts),
-        // Reached only when a backend's feature is off.
-        #[allow(unreachable_patterns)]
-        other => {
-            let _ = (blob, opts);
-            Err(Error::Unavailable(format!("Could not load backend {}: not built into this module", other.name())))
-        }
-    }
+    (entry(backend)?.load_model)(blob, opts)
 }
 
 /// `(INFO field, version)` of every backend loaded so far, for INFO's ai_backends_info.
 pub fn loaded_versions() -> Vec<(&'static str, String)> {
-    let mut v = Vec::new();
-    #[cfg(feature = "tensorflow")]
-    if let Some(ver) = tensorflow::version() {
-        v.push(("TensorFlow_version", ver));
-    }
-    #[cfg(feature = "tflite")]
-    if let Some(ver) = tflite::version() {
-        v.push(("TensorFlowLite_version", ver));
-    }
-    #[cfg(feature = "torch")]
-    if let Some(ver) = torch::version() {
-        v.push(("Torch_version", ver));
-    }
-    #[cfg(feature = "onnx")]
-    if let Some(ver) = onnx::version() {
-        v.push(("onnxruntime_version", ver));
-    }
-    v
+    BACKENDS.iter().filter_map(|b| (b.version)().map(|v| (b.version_field, v))).collect()
+}
+
+/// What the loaded backends add to INFO's `section`: `(field, value)`.
+pub fn info_fields(section: &str) -> Vec<(&'static str, u64)> {
+    BACKENDS.iter().flat_map(|b| (b.info)()).filter(|(s, ..)| *s == section).map(|(_, f, v)| (f, v)).collect()
 }
 
 /// `AI.CONFIG LOADBACKEND <backend> <path>`.
 pub fn load_backend_library(backend: BackendKind, path: &str) -> Result<()> {
-    match backend {
-        #[cfg(feature = "onnx")]
-        BackendKind::Onnx => onnx::load_library(path),
-        #[cfg(feature = "tensorflow")]
-        BackendKind::Tf => tensorflow::load_library(path),
-        #[cfg(feature = "tflite")]
-        BackendKind::TfLite => tflite::load_library(path),
-        #[cfg(feature = "torch")]
-        BackendKind::Torch => torch::load_library(path),
-        #[allow(unreachable_patterns)]
-        _ => {
-            let _ = path;
-            Err(Error::Unavailable("error loading backend".into()))
-        }
-    }
+    let b = entry(backend).map_err(|_| Error::Unavailable("error loading backend".into()))?;
+    (b.load_library)(path)
 }
 
 /// RedisAI's check of the number of inputs a model got.

@@ -4,7 +4,7 @@
 use crate::blob::Blob;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -13,7 +13,7 @@ use ort::session::{RunOptions, Session, SessionInputValue};
 use ort::value::{DynValue, TensorElementType, ValueType};
 
 use super::onnx_run::{backend_err, Direct, InputCache};
-use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool};
+use super::{check_input_count, onnx_alloc, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool, RunRequest};
 use crate::clock::watchdog;
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
@@ -55,6 +55,15 @@ pub fn load_library(path: &str) -> Result<()> {
 
 pub fn version() -> Option<String> {
     RUNTIME.loaded().map(|r| r.version.clone())
+}
+
+/// INFO's `ai_onnxruntime_memory` and `ai_onnxruntime_memory_access_num` (RedisAI's), once ONNX Runtime is loaded.
+pub fn info() -> Vec<(&'static str, &'static str, u64)> {
+    if RUNTIME.loaded().is_none() {
+        return Vec::new();
+    }
+    let (memory, accesses) = onnx_alloc::counters();
+    vec![("backends_info", "onnxruntime_memory", memory), ("backends_info", "onnxruntime_memory_access_num", accesses)]
 }
 
 /// Asks the already-opened library for its version (`OrtGetApiBase()->GetVersionString()`).
@@ -177,15 +186,15 @@ impl LoadedModel for OnnxModel {
         &self.outputs
     }
 
-    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
-        check_input_count(self.inputs.len(), inputs.len())?;
-        let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
+    fn run(&self, req: &RunRequest) -> Result<Outputs> {
+        check_input_count(self.inputs.len(), req.inputs.len())?;
+        let limit = req.limit();
         // The limit counts from the run's start, once a session is at hand (making one is not the run).
         self.pool.with(
             || self.new_runner(),
             |runner| {
                 let now = Instant::now();
-                match self.run_on(runner, inputs, now, now + limit) {
+                match self.run_on(runner, req.inputs, now, now + limit) {
                     (Err(e), true) => Err(e.timed_out()),
                     (result, _) => result,
                 }
@@ -198,11 +207,12 @@ impl LoadedModel for OnnxModel {
     }
 
     /// Only with a session already built (building one would take the main thread far past the deadline).
-    fn run_within(&self, inputs: &[&Tensor], now: Instant, deadline: Instant) -> Option<Result<Outputs>> {
-        if let Err(e) = check_input_count(self.inputs.len(), inputs.len()) {
+    fn run_within(&self, req: &RunRequest) -> Option<Result<Outputs>> {
+        if let Err(e) = check_input_count(self.inputs.len(), req.inputs.len()) {
             return Some(Err(e));
         }
-        let (result, stopped) = self.pool.try_with(|runner| self.run_on(runner, inputs, now, deadline))?;
+        let (result, stopped) =
+            self.pool.try_with(|runner| self.run_on(runner, req.inputs, req.start, req.deadline))?;
         (!stopped).then_some(result)
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use libloading::Library;
 
 use super::torch_abi::{self as abi, StrView, TensorOut, TensorView};
-use super::{LibrarySlot, LoadOptions, LoadedModel, LoadedScript, Outputs};
+use super::{LibrarySlot, LoadOptions, LoadedModel, LoadedScript, Outputs, RunRequest, ScriptRequest};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -118,12 +118,6 @@ pub fn version() -> Option<String> {
 pub fn memory() -> Option<u64> {
     // SAFETY: reads a counter of the loaded backend.
     BACKEND.loaded().map(|b| unsafe { (b.memory)() })
-}
-
-/// MODEL_EXECUTION_TIMEOUT, which the backend enforces inside runs (a deadline checked in every loop iteration
-/// and allocation of TorchScript code).
-fn timeout_ms() -> u64 {
-    CONFIG.read().model_execution_timeout_ms
 }
 
 impl Backend {
@@ -266,12 +260,17 @@ impl LoadedModel for TorchModel {
     fn outputs(&self) -> &[String] {
         &self.outputs
     }
-    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
-        let v = views(inputs);
+    fn run(&self, req: &RunRequest) -> Result<Outputs> {
+        let v = views(req.inputs);
+        // The backend enforces the time left inside runs (a deadline checked in every loop iteration and
+        // allocation of TorchScript code).
+        let timeout_ms = super::remaining_ms(req.deadline);
+        // The model's callbacks come back on this thread and act for the request's caller.
+        let _caller = crate::caller::Scope::new(req.caller);
         // SAFETY: the views borrow `inputs` for the call; the handle is live.
         self.backend
             .collect(|outs, n, err| unsafe {
-                (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, timeout_ms(), outs, n, err)
+                (self.backend.model_run)(self.handle, v.as_ptr(), v.len(), self.intra, timeout_ms, outs, n, err)
             })
             .map(Outputs::from_vec)
     }
@@ -317,26 +316,22 @@ pub fn load_script(spec: &ScriptSpec, device: &crate::device::Device) -> Result<
 }
 
 impl LoadedScript for TorchScript {
-    fn run(
-        &self,
-        function: &[u8],
-        style: CallStyle,
-        tensors: &[&Tensor],
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
-    ) -> Result<Vec<Tensor>> {
-        let v = views(tensors);
-        let k: Vec<StrView> = keys.iter().map(|x| str_view(x)).collect();
-        let a: Vec<StrView> = args.iter().map(|x| str_view(x)).collect();
-        let (call, list_from) = match style {
+    fn run(&self, req: &ScriptRequest) -> Result<Vec<Tensor>> {
+        let v = views(req.tensors);
+        let k: Vec<StrView> = req.keys.iter().map(|x| str_view(x)).collect();
+        let a: Vec<StrView> = req.args.iter().map(|x| str_view(x)).collect();
+        let timeout_ms = super::remaining_ms(req.deadline);
+        let (call, list_from) = match req.style {
             CallStyle::EntryPoint => (abi::CALL_ENTRY_POINT, -1),
             CallStyle::Positional { list_from } => (abi::CALL_POSITIONAL, list_from.map_or(-1, |i| i as isize)),
         };
+        // The script's callbacks come back on this thread and act for the request's caller.
+        let _caller = crate::caller::Scope::new(req.caller);
         // SAFETY: every view borrows data that outlives the call; the handle is live.
         self.backend.collect(|outs, n, err| unsafe {
             (self.backend.script_run)(
                 self.handle,
-                str_view(function),
+                str_view(req.function),
                 call,
                 v.as_ptr(),
                 v.len(),
@@ -346,7 +341,7 @@ impl LoadedScript for TorchScript {
                 a.as_ptr(),
                 a.len(),
                 self.intra,
-                timeout_ms(),
+                timeout_ms,
                 outs,
                 n,
                 err,

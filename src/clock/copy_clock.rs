@@ -28,6 +28,15 @@ pub fn add_us(us: u64) {
     COPY_NS.with(|c| c.set(c.get().saturating_add(us.saturating_mul(1000))));
 }
 
+/// Runs `f` and gives its copying time (µs) besides its result, apart from this thread's count, which is as
+/// before `f` (a caller that wants both adds it back with `add_us`).
+pub fn measure<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    let outer = COPY_NS.with(|c| c.replace(0));
+    let result = f();
+    let inner = COPY_NS.with(|c| c.replace(outer));
+    (result, inner / 1000)
+}
+
 /// The copying time counted on this thread since the last call, in µs (and restarts the count).
 pub fn take_us() -> u64 {
     COPY_NS.with(|c| c.replace(0)) / 1000
@@ -49,5 +58,17 @@ mod tests {
         let us = take_us();
         assert!((3000..60_000).contains(&us), "{us}");
         assert_eq!(take_us(), 0);
+    }
+
+    #[test]
+    fn measure_reports_its_part_apart() {
+        take_us();
+        add_us(1000);
+        let ((), inner) = measure(|| {
+            let _c = copying();
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        });
+        assert!((3000..60_000).contains(&inner), "{inner}");
+        assert_eq!(take_us(), 1000, "the enclosing count is left as it was");
     }
 }

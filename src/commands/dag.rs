@@ -448,8 +448,8 @@ pub(crate) mod tests {
         fn outputs(&self) -> &[String] {
             self.inputs()
         }
-        fn run(&self, inputs: &[&Tensor]) -> Result<crate::backends::Outputs> {
-            Ok(inputs.iter().map(|t| (*t).clone()).collect())
+        fn run(&self, req: &crate::backends::RunRequest) -> Result<crate::backends::Outputs> {
+            Ok(req.inputs.iter().map(|t| (*t).clone()).collect())
         }
     }
 

@@ -112,7 +112,7 @@ pub struct Plan {
     /// Longest time the run may wait before an op starts (RedisAI's TIMEOUT).
     pub timeout: Option<Duration>,
     /// The client's database and ACL user (what scripts' callbacks act as).
-    pub caller: crate::script::Caller,
+    pub caller: crate::caller::Caller,
 }
 
 impl Plan {

@@ -5,12 +5,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
 use super::dag::OpKind;
-use crate::backends::{LoadedModel, Outputs};
+use crate::backends::{LoadedModel, Outputs, RunReport, RunRequest, ScriptRequest};
+use crate::caller::Caller;
 use crate::clock::copy_clock;
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
@@ -37,7 +38,12 @@ pub(super) fn run_batch(model: &Arc<Model>, requests: Vec<(Tensors, Req)>) -> Ve
                 .map(|i| Tensor::concat(&requests.iter().map(|(ins, _)| ins[i].as_ref()).collect::<Vec<_>>()))
                 .collect::<Result<Vec<Tensor>>>()?
         };
-        let outs = model.loaded()?.run(&joined.iter().collect::<Vec<_>>())?;
+        let refs: Vec<&Tensor> = joined.iter().collect();
+        // Requests of several clients: no one caller for the model's callbacks, which are refused.
+        let report = model.loaded()?.execute(&RunRequest::new(&refs, &Caller::default(), execution_limit()))?;
+        // The batch's copy time: its joins and splits, and the backend's.
+        copy_clock::add_us(report.copy_us);
+        let outs = report.outputs;
         if outs.len() != outputs {
             return Err(wrong_output_count());
         }
@@ -174,41 +180,54 @@ pub(super) fn input_bytes(inputs: &[Arc<Tensor>]) -> u64 {
     inputs.iter().map(|t| t.data().len() as u64).sum()
 }
 
-/// Runs a model op started at `start` with `runner` (the backend's `run`, or `run_within` for an inline run) and
-/// checks the number of outputs; the result with what it adds to the statistics (recorded by the caller) and
-/// when it ended. `None`: `runner` gave up.
+/// MODEL_EXECUTION_TIMEOUT: how long one backend run (or script call) may take before the kill switch stops it.
+pub(super) fn execution_limit() -> Duration {
+    Duration::from_millis(crate::config::CONFIG.read().model_execution_timeout_ms)
+}
+
+/// Runs a model op started at `start`, stopped at `deadline`, with `runner` (the backend's `run`, or `run_within`
+/// for an inline run) and checks the number of outputs; the result with what it adds to the statistics
+/// (recorded by the caller) and when it ended. `None`: `runner` gave up.
 pub(super) fn run_model(
     model: &Model,
     noutputs: usize,
     inputs: &[Arc<Tensor>],
-    start: Instant,
-    runner: impl FnOnce(&dyn LoadedModel, &[&Tensor]) -> Option<Result<Outputs>>,
+    caller: &Caller,
+    (start, deadline): (Instant, Instant),
+    runner: impl FnOnce(&dyn LoadedModel, &RunRequest) -> Option<Result<RunReport>>,
 ) -> Option<(Result<Tensors>, Sample, Instant)> {
     let refs: SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
     let result = match model.loaded() {
-        Ok(m) => runner(m, &refs)?,
+        Ok(m) => runner(m, &RunRequest { inputs: &refs, caller, start, deadline })?,
         Err(e) => Err(e),
     }
-    .and_then(|outs| if outs.len() == noutputs { Ok(outs) } else { Err(wrong_output_count()) });
+    .and_then(|r| if r.outputs.len() == noutputs { Ok(r) } else { Err(wrong_output_count()) });
     let end = Instant::now();
     let sample = match &result {
-        Ok(outs) => Sample::Success {
+        Ok(r) => Sample::Success {
             micros: end.duration_since(start).as_micros() as u64,
-            copy_us: copy_clock::take_us(),
-            samples: outs.first().map_or(0, |t| t.dim0()),
+            copy_us: r.copy_us,
+            samples: r.outputs.first().map_or(0, |t| t.dim0()),
             input_bytes: input_bytes(inputs),
         },
         Err(e) => Sample::Error(error_kind(e)),
     };
-    Some((result.map(|outs| outs.into_iter().map(Arc::new).collect()), sample, end))
+    Some((result.map(|r| r.outputs.into_iter().map(Arc::new).collect()), sample, end))
 }
 
 /// Runs a model on the calling worker thread and records the run: the one path of a queued model op and of a
 /// script's `redisAI.model_execute` (`run_nested`); batches (`step_batch`) and inline runs (`run_inline`) share
 /// `run_model` and `Sample`.
-fn execute_model(model: &Model, noutputs: usize, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
-    copy_clock::take_us();
-    match run_model(model, noutputs, inputs, Instant::now(), |m, refs| Some(m.run(refs))) {
+fn execute_model(
+    model: &Model,
+    noutputs: usize,
+    inputs: &[Arc<Tensor>],
+    req: &Req,
+    caller: &Caller,
+) -> Result<Tensors> {
+    let start = Instant::now();
+    let when = (start, start + execution_limit());
+    match run_model(model, noutputs, inputs, caller, when, |m, req| Some(m.execute(req))) {
         Some((result, sample, end)) => {
             sample.record(model, req, end);
             result
@@ -220,23 +239,29 @@ fn execute_model(model: &Model, noutputs: usize, inputs: &[Arc<Tensor>], req: &R
 
 /// A model run asked for by a running script (TorchScript's `redisAI.model_execute`), on the script's worker:
 /// checked and counted in AI.INFO as any other run of the model (it waited in no queue).
-pub fn run_nested(model: &Model, inputs: &[Arc<Tensor>], noutputs: usize) -> Result<Tensors> {
-    // The script's own copying so far, kept for its statistics around the nested run's.
-    let outer_copy_us = copy_clock::take_us();
-    let result = execute_model(model, noutputs, inputs, &Req::queued(0, Instant::now()));
-    copy_clock::add_us(outer_copy_us);
-    result
+pub fn run_nested(model: &Model, inputs: &[Arc<Tensor>], noutputs: usize, caller: &Caller) -> Result<Tensors> {
+    // Its copies are the model run's (its report's), not the script's: the script's own count is untouched.
+    execute_model(model, noutputs, inputs, &Req::queued(0, Instant::now()), caller)
 }
 
 /// Runs one op on the calling worker thread.
-pub(super) fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req) -> Result<Tensors> {
+pub(super) fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req, caller: &Caller) -> Result<Tensors> {
     match op {
-        OpKind::Model { model, outputs, .. } => execute_model(model, outputs.len(), inputs, req),
+        OpKind::Model { model, outputs, .. } => execute_model(model, outputs.len(), inputs, req, caller),
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
             copy_clock::take_us();
             let start = Instant::now();
-            let result = match script.loaded().and_then(|s| s.run(function, *style, &refs, keys, args)) {
+            let call = ScriptRequest {
+                function,
+                style: *style,
+                tensors: &refs,
+                keys,
+                args,
+                caller,
+                deadline: start + execution_limit(),
+            };
+            let result = match script.loaded().and_then(|s| s.run(&call)) {
                 // A function run for its side effects (`redis.execute`) may return nothing, as in RedisAI.
                 Err(Error::NonTensorResult(_)) if outputs.is_empty() => Ok(Vec::new()),
                 other => other,

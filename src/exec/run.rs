@@ -16,7 +16,6 @@ use super::batch::{BatchKey, Queued};
 use super::dag::{OpKind, Plan};
 use super::op::{self, input_bytes, op_stats, run_model, Req, Sample, Tensors};
 use super::queue::{Job, Queue, Queues};
-use crate::clock::copy_clock;
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
 use crate::stats::{self, ErrorKind};
@@ -185,9 +184,9 @@ impl Run {
                     break;
                 };
                 let start = now;
-                copy_clock::take_us();
                 let ran = catch_unwind(AssertUnwindSafe(|| {
-                    run_model(model, outputs.len(), &loaded, start, |m, refs| m.run_within(refs, start, deadline))
+                    let caller = &run.plan.caller;
+                    run_model(model, outputs.len(), &loaded, caller, (start, deadline), |m, req| m.execute_within(req))
                 }));
                 let result = match ran {
                     Ok(Some((result, sample, end))) => {
@@ -388,10 +387,8 @@ impl Entry {
                 let op = &entry.run.plan.ops[entry.op_index()];
                 let caller = &entry.run.plan.caller;
                 let req = entry.req(waited);
-                catch_unwind(AssertUnwindSafe(|| {
-                    crate::script::with_caller(caller, || op::execute(&op.kind, &inputs, &req))
-                }))
-                .unwrap_or_else(|_| Err(Error::Internal("internal error: the operation panicked".into())))
+                catch_unwind(AssertUnwindSafe(|| op::execute(&op.kind, &inputs, &req, caller)))
+                    .unwrap_or_else(|_| Err(Error::Internal("internal error: the operation panicked".into())))
             };
             drop(inputs);
             entry.complete(result);
@@ -461,7 +458,8 @@ pub fn step_batch(entries: Vec<Entry>) {
     }) else {
         // Only model runs are ever batched (`batch_key`); anything else steps alone.
         for (entry, inputs, waited) in ready {
-            let result = op::execute(&entry.run.plan.ops[entry.op_index()].kind, &inputs, &entry.req(waited));
+            let (plan, req) = (&entry.run.plan, entry.req(waited));
+            let result = op::execute(&plan.ops[entry.op_index()].kind, &inputs, &req, &plan.caller);
             entry.complete(result);
         }
         return;
@@ -510,7 +508,8 @@ mod tests {
         fn outputs(&self) -> &[String] {
             &self.outputs
         }
-        fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
+        fn run(&self, req: &crate::backends::RunRequest) -> Result<Outputs> {
+            let inputs = req.inputs;
             self.runs.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(self.delay);
             if self.fail {
@@ -694,10 +693,10 @@ mod tests {
         fn outputs(&self) -> &[String] {
             &self.0[..1]
         }
-        fn run(&self, _: &[&Tensor]) -> Result<Outputs> {
+        fn run(&self, _: &crate::backends::RunRequest) -> Result<Outputs> {
             Ok(smallvec::smallvec![scalar(0.0)])
         }
-        fn run_within(&self, _: &[&Tensor], _: Instant, _: Instant) -> Option<Result<Outputs>> {
+        fn run_within(&self, _: &crate::backends::RunRequest) -> Option<Result<Outputs>> {
             None
         }
     }

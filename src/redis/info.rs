@@ -42,13 +42,10 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         for (field, version) in &versions {
             raw::add_info_field_str(ctx, field, version);
         }
+        for (field, value) in crate::backends::info_fields("backends_info") {
+            raw::add_info_field_unsigned_long_long(ctx, field, value);
+        }
         if versions.iter().any(|(f, _)| *f == "onnxruntime_version") {
-            #[cfg(feature = "onnx")]
-            {
-                let (memory, accesses) = crate::backends::onnx_alloc::counters();
-                raw::add_info_field_long_long(ctx, "onnxruntime_memory", memory as i64);
-                raw::add_info_field_long_long(ctx, "onnxruntime_memory_access_num", accesses as i64);
-            }
             let sessions = crate::exec::queues().worker_count() as i64;
             raw::add_info_field_long_long(ctx, "onnxruntime_maximum_run_sessions_number", sessions);
         }
@@ -85,13 +82,10 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         let (pending, failed) = crate::exec::deferred::counts();
         raw::add_info_field_long_long(ctx, "models_pending_build", pending as i64);
         raw::add_info_field_long_long(ctx, "models_failed_build", failed as i64);
-        // What LiteRT holds now and how many of its allocations the backend memory bound refused (its allocation
-        // imports are counted: backends/tflite/alloc.rs); 0 until a TFLITE model is loaded.
-        #[cfg(feature = "tflite")]
-        {
-            let (bytes, refusals) = crate::backends::tflite::memory();
-            raw::add_info_field_unsigned_long_long(ctx, "tflite_memory", bytes);
-            raw::add_info_field_unsigned_long_long(ctx, "tflite_memory_refusals", refusals);
+        // What the backends add here: what LiteRT holds now and how many of its allocations the backend memory
+        // bound refused (its allocation imports are counted: backends/tflite/alloc.rs).
+        for (field, value) in crate::backends::info_fields("redisai_rs") {
+            raw::add_info_field_unsigned_long_long(ctx, field, value);
         }
 
         // Per device queue: what waits, what runs, and how long requests waited (docs/commands.md,

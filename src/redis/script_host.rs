@@ -13,10 +13,10 @@ use super::keyspace::Key;
 use super::model_type::MODEL_TYPE;
 use super::strings::OwnedStrings;
 use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
+use crate::caller::{current_caller, Caller};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::redis::ctx::Ctx;
-use crate::script::{current_caller, Caller};
 use crate::tensor::{DataType, Tensor};
 
 pub fn host_api() -> HostApi {
@@ -269,7 +269,7 @@ fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<T
         })
         .collect::<Result<Vec<_>>>()?;
     let inputs: Vec<Arc<Tensor>> = tensors.into_iter().map(Arc::new).collect();
-    let outs = crate::exec::op::run_nested(&model, &inputs, noutputs)?;
+    let outs = crate::exec::op::run_nested(&model, &inputs, noutputs, &caller)?;
     Ok(outs.into_iter().map(|t| Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())).collect())
 }
 

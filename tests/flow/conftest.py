@@ -154,7 +154,9 @@ def shared_server(request, module_server):
         module_server.kill()
         module_server.start()
     register_for_report(request.node, module_server, log_from_now=True)
-    reply = module_server.raw("FLUSHALL")
+    # SYNC: Valkey 8+ flushes asynchronously by default (lazyfree-lazy-user-flush yes), and a model freed on its
+    # background thread after the next test started would still show in that test's AI.INFO / AI._MODELSCAN.
+    reply = module_server.raw("FLUSHALL", "SYNC")
     assert reply == "OK", f"FLUSHALL failed: {reply!r}"
     yield module_server
     check_still_alive([module_server])

@@ -7,7 +7,7 @@ use crate::blob::Blob;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
-use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs};
+use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs, RunRequest};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -343,7 +343,8 @@ impl LoadedModel for TfModel {
         &self.outputs
     }
 
-    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
+    fn run(&self, req: &RunRequest) -> Result<Outputs> {
+        let inputs = req.inputs;
         check_input_count(self.input_ops.len(), inputs.len())?;
         let a = &*self.api;
         let mut ins = Tensors(a, Vec::with_capacity(inputs.len()));
@@ -355,7 +356,7 @@ impl LoadedModel for TfModel {
         }
         let mut outs = Tensors(a, vec![std::ptr::null_mut(); self.output_ops.len()]);
         let status = Status::new(a);
-        let options = run_options_proto(CONFIG.read().model_execution_timeout_ms);
+        let options = run_options_proto(super::remaining_ms(req.deadline));
         // SAFETY: the session is live; the arrays hold `ninputs`/`noutputs` entries; TF fills `outs`,
         // which we own afterwards (freed by `Tensors`); the options buffer is copied and freed here.
         unsafe {

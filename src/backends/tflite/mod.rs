@@ -15,9 +15,9 @@ use crate::blob::Blob;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool};
+use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs, Pool, RunRequest};
 use crate::config::CONFIG;
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -37,8 +37,10 @@ fn open(path: &str) -> Result<Api> {
 }
 
 /// `(bytes LiteRT holds, allocations refused at the bound)`, for INFO.
-pub fn memory() -> (u64, u64) {
-    (alloc::BUDGET.live(), alloc::BUDGET.refusals())
+/// INFO's `ai_tflite_memory` and `ai_tflite_memory_refusals` (ours; 0 until a TFLITE model is loaded).
+pub fn info() -> Vec<(&'static str, &'static str, u64)> {
+    let (bytes, refusals) = (alloc::BUDGET.live(), alloc::BUDGET.refusals());
+    vec![("redisai_rs", "tflite_memory", bytes), ("redisai_rs", "tflite_memory_refusals", refusals)]
 }
 
 fn default_path() -> Option<String> {
@@ -330,21 +332,22 @@ impl Drop for Buffers<'_> {
 
 impl TfLiteModel {
     /// A run on a fresh instance if the last one failed at the memory bound; a run that fails there marks it.
-    fn run_bounded(&self, inst: &mut Instance, inputs: &[&Tensor]) -> Result<Outputs> {
+    fn run_bounded(&self, inst: &mut Instance, req: &RunRequest) -> Result<Outputs> {
         if inst.stale {
             // The old one is freed before the new one is built: it may hold most of the bound.
             drop(std::mem::replace(inst, empty_instance(&self.api, &self.blob)));
             *inst = new_instance(&self.api, &self.blob)?;
         }
         let state = inst.state.clone();
-        let result = bounded(&state, || self.run_on(inst, inputs));
+        let result = bounded(&state, || self.run_on(inst, req));
         if matches!(&result, Err(Error::Refused { .. })) {
             inst.stale = true;
         }
         result
     }
 
-    fn run_on(&self, inst: &mut Instance, inputs: &[&Tensor]) -> Result<Outputs> {
+    fn run_on(&self, inst: &mut Instance, req: &RunRequest) -> Result<Outputs> {
+        let inputs = req.inputs;
         let a = &*self.api;
         let n_in = self.inputs.len();
         let n_out = self.outputs.len();
@@ -413,8 +416,8 @@ impl TfLiteModel {
                 )?;
                 shapes[port.sig_index] = shape;
             }
-            let limit = Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
-            let deadline = (EPOCH.elapsed() + limit).as_nanos() as u64;
+            let limit = req.limit();
+            let deadline = req.deadline.saturating_duration_since(*EPOCH).as_nanos() as u64;
             inst.state.deadline.store(deadline, Ordering::Relaxed);
             let status = (a.run)(inst.compiled, 0, n_in, ins.1.as_mut_ptr(), n_out, outs.1.as_mut_ptr());
             inst.state.deadline.store(NO_DEADLINE, Ordering::Relaxed);
@@ -457,7 +460,8 @@ impl LoadedModel for TfLiteModel {
         &self.output_names
     }
 
-    fn run(&self, inputs: &[&Tensor]) -> Result<Outputs> {
+    fn run(&self, req: &RunRequest) -> Result<Outputs> {
+        let inputs = req.inputs;
         check_input_count(self.inputs.len(), inputs.len())?;
         for (port, t) in self.inputs.iter().zip(inputs) {
             if lite_type(t.dtype()) != Some(port.element_type) {
@@ -466,7 +470,7 @@ impl LoadedModel for TfLiteModel {
                 ));
             }
         }
-        self.pool.with(|| new_instance(&self.api, &self.blob), |inst| self.run_bounded(inst, inputs))?
+        self.pool.with(|| new_instance(&self.api, &self.blob), |inst| self.run_bounded(inst, req))?
     }
 }
 

@@ -161,5 +161,5 @@ pub fn reply_single_op(ctx: Ctx<'_>, run: &Run) {
 /// the client's ACL user. Call it once the plan's ops are known.
 pub fn set_caller(c: &Cmd, plan: &mut crate::exec::dag::Plan, read_only: bool) {
     let user = if plan.runs_torchscript() { crate::redis::acl::current_user(c.ctx) } else { None };
-    plan.caller = crate::script::Caller { db: c.db(), user, read_only };
+    plan.caller = crate::caller::Caller { db: c.db(), user, read_only };
 }
