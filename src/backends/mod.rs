@@ -129,9 +129,24 @@ pub struct ScriptRequest<'a> {
     pub deadline: Instant,
 }
 
-/// A compiled script. `run` may be called from several worker threads at once.
+/// What a script call gives the engine back.
+#[derive(Debug)]
+pub struct ScriptReport {
+    pub outputs: Vec<Tensor>,
+    /// µs spent copying its tensors in and its results out (AI.INFO's `copy_*`).
+    pub copy_us: u64,
+}
+
+/// A compiled script. `run` may be called from several worker threads at once. The engine calls `execute` (a
+/// request in, a report out); a backend in this process implements `run`, timing its copies on its thread.
 pub trait LoadedScript: Send + Sync {
     fn run(&self, req: &ScriptRequest) -> Result<Vec<Tensor>>;
+
+    /// The call and what its copies took.
+    fn execute(&self, req: &ScriptRequest) -> Result<ScriptReport> {
+        let (result, copy_us) = crate::clock::copy_clock::measure(|| self.run(req));
+        result.map(|outputs| ScriptReport { outputs, copy_us })
+    }
 }
 
 /// Compiles a script's source and checks its entry points.

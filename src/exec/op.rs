@@ -250,7 +250,6 @@ pub(super) fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req, caller: &C
         OpKind::Model { model, outputs, .. } => execute_model(model, outputs.len(), inputs, req, caller),
         OpKind::Script { script, function, style, keys, args, outputs, .. } => {
             let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
-            copy_clock::take_us();
             let start = Instant::now();
             let call = ScriptRequest {
                 function,
@@ -261,10 +260,15 @@ pub(super) fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req, caller: &C
                 caller,
                 deadline: start + execution_limit(),
             };
-            let result = match script.loaded().and_then(|s| s.run(&call)) {
+            let mut copy_us = 0;
+            let result = match script.loaded().and_then(|s| s.execute(&call)) {
+                Ok(report) => {
+                    copy_us = report.copy_us;
+                    Ok(report.outputs)
+                }
                 // A function run for its side effects (`redis.execute`) may return nothing, as in RedisAI.
                 Err(Error::NonTensorResult(_)) if outputs.is_empty() => Ok(Vec::new()),
-                other => other,
+                Err(e) => Err(e),
             }
             .and_then(|outs| {
                 // No OUTPUTS: the results are dropped (scripts run for their side effects), as in RedisAI.
@@ -288,7 +292,6 @@ pub(super) fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req, caller: &C
             }
             if stats::detailed() {
                 script.stats.detail.record_execution(1, window_of(end));
-                let copy_us = copy_clock::take_us();
                 record_detail(&script.stats, &result, req, micros.saturating_sub(copy_us), copy_us, end);
             }
             Ok(result?.into_iter().map(Arc::new).collect())
