@@ -7,6 +7,7 @@
 // Every model and script goes through the sandbox (sandbox.cpp) before it runs, and every run has a deadline.
 
 #include "sandbox.h"
+#include "torch_abi.h"
 
 #include <torch/csrc/jit/frontend/resolver.h>
 #include <torch/csrc/jit/frontend/sugared_value.h>
@@ -84,33 +85,16 @@ struct Model {
 };
 
 // ---- TorchScript extensions: redis.execute, redis.asList, redisAI.model_execute -------------------
-// The module hands us callbacks (`rai_shim_set_host`); these structs mirror src/backends/torch_abi.rs.
-struct StrView {
-  const char* ptr;
-  size_t len;
-};
-struct TensorView {
-  uint32_t dtype;
-  uint32_t ndim;
-  const int64_t* shape;
-  const uint8_t* data;
-  size_t len;
-};
-struct TensorOut {
-  uint32_t dtype;
-  uint32_t ndim;
-  int64_t* shape;
-  uint8_t* data;
-  size_t len;
-};
-struct HostApi {
-  int (*redis_call)(StrView, const StrView*, size_t, uint8_t**, size_t*);
-  int (*model_execute)(StrView, const TensorView*, size_t, size_t, TensorOut**, size_t*, char**);
-  void (*free_bytes)(uint8_t*, size_t);
-  void (*free_tensors)(TensorOut*, size_t);
-  void (*free_string)(char*);
-};
+// The module hands us callbacks (`rai_shim_set_host`); their structs (StrView, TensorView, TensorOut, HostApi)
+// come from torch_abi.h, which torch/build.rs generates from src/backends/torch_abi.rs.
 HostApi g_host{};
+
+StrView str_view(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+
+// The sandbox's failure codes are the ABI's.
+static_assert(rai::kFailedCode == RAI_FAILED && rai::kRefusedCode == RAI_REFUSED &&
+                  rai::kTimedOutCode == RAI_TIMED_OUT && rai::kMemoryCode == RAI_OVER_MEMORY,
+              "sandbox.h's codes differ from src/backends/torch_abi.rs");
 
 // The module's dtype order: FLOAT DOUBLE INT8 INT16 INT32 INT64 UINT8 UINT16 BOOL STRING.
 const c10::ScalarType kTypes[] = {c10::kFloat, c10::kDouble, c10::kChar, c10::kShort, c10::kInt,
@@ -164,10 +148,10 @@ c10::IValue parse_resp(const char*& p, const char* end, int depth = 0) {
 c10::IValue redis_execute(const std::string& cmd, const std::vector<std::string>& args) {
   if (!g_host.redis_call) throw std::runtime_error("redis.execute is not available");
   std::vector<StrView> v;
-  for (const auto& a : args) v.push_back({a.data(), a.size()});
+  for (const auto& a : args) v.push_back(str_view(a));
   uint8_t* out = nullptr;
   size_t len = 0;
-  const int rc = g_host.redis_call({cmd.data(), cmd.size()}, v.data(), v.size(), &out, &len);
+  const int rc = g_host.redis_call(str_view(cmd), v.data(), v.size(), &out, &len);
   std::string resp = out ? std::string(reinterpret_cast<char*>(out), len) : std::string();
   if (out) g_host.free_bytes(out, len);
   if (rc != 0 || resp.empty()) throw std::runtime_error("redis.execute failed");
@@ -191,8 +175,8 @@ std::vector<at::Tensor> model_execute(const std::string& key, const std::vector<
   TensorOut* outs = nullptr;
   size_t n = 0;
   char* err = nullptr;
-  if (g_host.model_execute({key.data(), key.size()}, views.data(), views.size(), static_cast<size_t>(noutputs), &outs,
-                           &n, &err) != 0) {
+  if (g_host.model_execute(str_view(key), views.data(), views.size(), static_cast<size_t>(noutputs), &outs, &n,
+                           &err) != 0) {
     std::string msg = err ? err : "model execution failed";
     if (err) g_host.free_string(err);
     throw std::runtime_error(msg);
@@ -393,7 +377,7 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     rai::RunScope scope(timeout_ms);
     c10::InferenceMode guard;
     std::vector<c10::IValue> stack;
-    if (call == 0) {
+    if (call == RAI_CALL_ENTRY_POINT) {
       c10::List<at::Tensor> ts;
       for (size_t i = 0; i < n; ++i) ts.push_back(tensors[i]->to(s->dev));
       c10::List<std::string> ks, as;
@@ -430,9 +414,9 @@ int rai_shim_script_run(void* script, const char* name, int call, at::Tensor* co
     auto r = (*f)(stack);
     std::vector<at::Tensor> v;
     if (!flatten(r, v)) {
-      // An error only if the caller asked for OUTPUTS (the module decides): SCRIPT_NON_TENSOR in torch_abi.rs.
+      // An error only if the caller asked for OUTPUTS (the module decides).
       *err = dup("Function returned non-tensor values" + fn);
-      return 2;
+      return RAI_SCRIPT_NON_TENSOR;
     }
     *outs = to_array(v);
     *nout = v.size();
