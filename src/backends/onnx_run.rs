@@ -25,36 +25,29 @@ pub(super) struct Direct {
     memory: MemoryInfo<'static>,
 }
 
-/// The ONNX element type of a tensor that can be handed over as it is (not STRING: ONNX strings are objects).
+/// The one dtype table of ONNX Runtime: each type that is handed over as it is, in the C API's and in `ort`'s
+/// words (not STRING: ONNX strings are objects). BOOL bytes are 0 or 1 (checked when the tensor was made):
+/// ONNX's bool layout.
+const TYPES: [(DataType, Onnx, TensorElementType); 9] = [
+    (DataType::Float, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, TensorElementType::Float32),
+    (DataType::Double, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, TensorElementType::Float64),
+    (DataType::Int8, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, TensorElementType::Int8),
+    (DataType::Int16, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, TensorElementType::Int16),
+    (DataType::Int32, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, TensorElementType::Int32),
+    (DataType::Int64, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, TensorElementType::Int64),
+    (DataType::Uint8, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, TensorElementType::Uint8),
+    (DataType::Uint16, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16, TensorElementType::Uint16),
+    (DataType::Bool, Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL, TensorElementType::Bool),
+];
+
+/// The C API's element type of a tensor that can be handed over as it is.
 fn onnx_type(dt: DataType) -> Option<Onnx> {
-    Some(match dt {
-        DataType::Float => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
-        DataType::Double => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
-        DataType::Int8 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
-        DataType::Int16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
-        DataType::Int32 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
-        DataType::Int64 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
-        DataType::Uint8 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
-        DataType::Uint16 => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
-        // BOOL bytes are 0 or 1 (checked when the tensor was made): ONNX's bool layout.
-        DataType::Bool => Onnx::ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
-        DataType::String => return None,
-    })
+    TYPES.iter().find(|(d, ..)| *d == dt).map(|&(_, o, _)| o)
 }
 
+/// Our type of an `ort` element type, for those handed over as they are.
 fn data_type(t: TensorElementType) -> Option<DataType> {
-    Some(match t {
-        TensorElementType::Float32 => DataType::Float,
-        TensorElementType::Float64 => DataType::Double,
-        TensorElementType::Int8 => DataType::Int8,
-        TensorElementType::Int16 => DataType::Int16,
-        TensorElementType::Int32 => DataType::Int32,
-        TensorElementType::Int64 => DataType::Int64,
-        TensorElementType::Uint8 => DataType::Uint8,
-        TensorElementType::Uint16 => DataType::Uint16,
-        TensorElementType::Bool => DataType::Bool,
-        _ => return None,
-    })
+    TYPES.iter().find(|(.., e)| *e == t).map(|&(d, ..)| d)
 }
 
 /// Ok, or the status's message as the error (the status released).
@@ -238,9 +231,10 @@ fn tensor_of(v: *mut OrtValue) -> Result<Tensor> {
             SmallVec::from_slice(std::slice::from_raw_parts(dims, ndims))
         }
     };
-    let dt = DataType::ALL
-        .into_iter()
-        .find(|&dt| onnx_type(dt) == Some(ty))
+    let dt = TYPES
+        .iter()
+        .find(|(_, o, _)| *o == ty)
+        .map(|&(d, ..)| d)
         .ok_or_else(|| Error::Backend(format!("ONNX model returned a tensor of unsupported type {}", ty as i32)))?;
     let n = crate::tensor::element_count(dt, &shape)?;
     let mut data: *mut c_void = ptr::null_mut();
