@@ -45,7 +45,7 @@ fn main() -> Res<()> {
     }
     let device = Device::parse(b"CPU")?;
     // MODEL_EXECUTION_TIMEOUT's default, as the module gives each run.
-    let limit = std::time::Duration::from_millis(CONFIG.read().model_execution_timeout_ms);
+    let limit = CONFIG.read().execution_limit();
     let run: Box<dyn Fn() -> Res<()>> = if let Some(function) = opt("function") {
         let spec = ScriptSpec {
             device_name: "CPU".into(),
@@ -71,14 +71,7 @@ fn main() -> Res<()> {
             Ok(())
         })
     } else {
-        let c = CONFIG.read().clone();
-        let opts = LoadOptions {
-            device,
-            intra_op_threads: c.intra_op_parallelism,
-            inter_op_threads: c.inter_op_parallelism,
-            inputs: names("inputs"),
-            outputs: names("outputs"),
-        };
+        let opts = LoadOptions::from_config(device, names("inputs"), names("outputs"));
         let model = backends::load_model(kind, Arc::new(std::fs::read(file)?), &opts)?;
         let inputs = (0..model.inputs().len() as u32).map(|i| floats(rows, cols, i)).collect::<Res<Vec<_>>>()?;
         Box::new(move || {

@@ -66,6 +66,11 @@ impl Default for Config {
 }
 
 impl Config {
+    /// MODEL_EXECUTION_TIMEOUT: how long one backend run (or script call) may take before the kill switch stops it.
+    pub fn execution_limit(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.model_execution_timeout_ms)
+    }
+
     /// The intra-op threads a backend session gets: INTRA_OP_PARALLELISM when given, else the cores shared by
     /// the queue's THREADS_PER_QUEUE workers (each run has a session, and its pool, of its own: 4 workers with
     /// a pool of every core each would run 4x more threads than cores, and spinning threads on an oversubscribed
@@ -191,6 +196,8 @@ pub static CONFIG: std::sync::LazyLock<parking_lot::RwLock<Config>> =
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn intra_op_threads_share_the_cores_among_a_queue_s_workers() {
         assert_eq!(default_intra_op(0, 1, 16), 0, "one worker: the backend's default, every core");
@@ -198,8 +205,6 @@ mod tests {
         assert_eq!(default_intra_op(0, 4, 2), 1, "never 0 threads");
         assert_eq!(default_intra_op(3, 4, 16), 3, "INTRA_OP_PARALLELISM given wins");
     }
-
-    use super::*;
 
     fn parse(s: &str) -> Result<Config> {
         let words: Vec<&[u8]> = s.split_whitespace().map(str::as_bytes).collect();

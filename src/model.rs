@@ -123,13 +123,6 @@ impl Drop for Model {
 }
 
 fn load_handle(spec: &ModelSpec) -> Result<Box<dyn LoadedModel>> {
-    let c = CONFIG.read().clone();
-    let opts = LoadOptions {
-        device: spec.device.clone(),
-        intra_op_threads: c.intra_op_threads(),
-        inter_op_threads: c.inter_op_parallelism,
-        inputs: spec.inputs.clone(),
-        outputs: spec.outputs.clone(),
-    };
+    let opts = LoadOptions::from_config(spec.device.clone(), spec.inputs.clone(), spec.outputs.clone());
     backends::load_model(spec.backend, spec.blob.clone(), &opts)
 }

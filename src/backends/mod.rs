@@ -38,6 +38,20 @@ pub struct LoadOptions {
     pub outputs: Vec<String>,
 }
 
+impl LoadOptions {
+    /// A model's load options with the thread counts the configuration gives every model.
+    pub fn from_config(device: Device, inputs: Vec<String>, outputs: Vec<String>) -> LoadOptions {
+        let c = crate::config::CONFIG.read();
+        LoadOptions {
+            device,
+            intra_op_threads: c.intra_op_threads(),
+            inter_op_threads: c.inter_op_parallelism,
+            inputs,
+            outputs,
+        }
+    }
+}
+
 /// A model run's output tensors (a few: on the stack).
 pub type Outputs = smallvec::SmallVec<[Tensor; 2]>;
 

@@ -5,7 +5,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -13,6 +13,7 @@ use super::dag::OpKind;
 use crate::backends::{LoadedModel, Outputs, RunReport, RunRequest, ScriptRequest};
 use crate::caller::Caller;
 use crate::clock::copy_clock;
+use crate::config::CONFIG;
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
 use crate::model::Model;
@@ -40,7 +41,8 @@ pub(super) fn run_batch(model: &Arc<Model>, requests: Vec<(Tensors, Req)>) -> Ve
         };
         let refs: Vec<&Tensor> = joined.iter().collect();
         // Requests of several clients: no one caller for the model's callbacks, which are refused.
-        let report = model.loaded()?.execute(&RunRequest::new(&refs, &Caller::default(), execution_limit()))?;
+        let report =
+            model.loaded()?.execute(&RunRequest::new(&refs, &Caller::default(), CONFIG.read().execution_limit()))?;
         // The batch's copy time: its joins and splits, and the backend's.
         copy_clock::add_us(report.copy_us);
         let outs = report.outputs;
@@ -180,11 +182,6 @@ pub(super) fn input_bytes(inputs: &[Arc<Tensor>]) -> u64 {
     inputs.iter().map(|t| t.data().len() as u64).sum()
 }
 
-/// MODEL_EXECUTION_TIMEOUT: how long one backend run (or script call) may take before the kill switch stops it.
-pub(super) fn execution_limit() -> Duration {
-    Duration::from_millis(crate::config::CONFIG.read().model_execution_timeout_ms)
-}
-
 /// Runs a model op started at `start`, stopped at `deadline`, with `runner` (the backend's `run`, or `run_within`
 /// for an inline run) and checks the number of outputs; the result with what it adds to the statistics
 /// (recorded by the caller) and when it ended. `None`: `runner` gave up.
@@ -226,7 +223,7 @@ fn execute_model(
     caller: &Caller,
 ) -> Result<Tensors> {
     let start = Instant::now();
-    let when = (start, start + execution_limit());
+    let when = (start, start + CONFIG.read().execution_limit());
     match run_model(model, noutputs, inputs, caller, when, |m, req| Some(m.execute(req))) {
         Some((result, sample, end)) => {
             sample.record(model, req, end);
@@ -258,7 +255,7 @@ pub(super) fn execute(op: &OpKind, inputs: &[Arc<Tensor>], req: &Req, caller: &C
                 keys,
                 args,
                 caller,
-                deadline: start + execution_limit(),
+                deadline: start + CONFIG.read().execution_limit(),
             };
             let mut copy_us = 0;
             let result = match script.loaded().and_then(|s| s.execute(&call)) {

@@ -36,7 +36,6 @@ fn open(path: &str) -> Result<Api> {
     Ok(api)
 }
 
-/// `(bytes LiteRT holds, allocations refused at the bound)`, for INFO.
 /// INFO's `ai_tflite_memory` and `ai_tflite_memory_refusals` (ours; 0 until a TFLITE model is loaded).
 pub fn info() -> Vec<(&'static str, &'static str, u64)> {
     let (bytes, refusals) = (alloc::BUDGET.live(), alloc::BUDGET.refusals());

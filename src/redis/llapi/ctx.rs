@@ -157,8 +157,8 @@ pub fn run_sync(name: &str, ctxs: *const *mut RunCtx, n: c_longlong, err: *mut R
             return ERR;
         }
         // Every context is planned (each one that cannot run counts), then the first error fails them all.
-        let plans =
-            ctxs.iter_mut().map(|c| c.plan()).collect::<Vec<_>>().into_iter().collect::<crate::error::Result<Vec<_>>>();
+        let planned: Vec<_> = ctxs.iter_mut().map(|c| c.plan()).collect();
+        let plans = planned.into_iter().collect::<crate::error::Result<Vec<_>>>();
         let runs = plans.and_then(run::wait);
         match runs {
             Ok(runs) => {
