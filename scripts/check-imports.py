@@ -20,6 +20,7 @@ LAYERS = [
      "clock", "blob", "log", "caller"},
     {"admission"},
     {"backends"},
+    {"isolation"},
     {"model", "script", "run_history"},
     {"exec", "rdb"},
     {"commands"},
@@ -139,7 +140,8 @@ def main():
         self_test()
         args = args[1:]
     src = Path(args[0] if args else "src")
-    files = {module_of(src, p): p for p in src.rglob("*.rs")}
+    # src/bin/ holds executables (their own crates over the library), not modules of it.
+    files = {module_of(src, p): p for p in src.rglob("*.rs") if p.relative_to(src).parts[0] != "bin"}
     modules = set(files)
     graph = {}
     for mod, path in files.items():

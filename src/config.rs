@@ -40,8 +40,12 @@ pub struct Config {
     /// AI.INFO's and INFO's timings, percentiles and error kinds (stats.rs): load-time `DETAILED_STATS no` turns
     /// them off, to measure what they cost (bench/ab_workloads.py).
     pub detailed_stats: bool,
-    /// Directory of libredisai.so (where the TORCH backend library sits by default).
+    /// Directory of libredisai.so (where the TORCH backend library and the worker sit by default).
     pub module_dir: Option<String>,
+    /// Backends run in worker processes (load-time `EXECUTION_MODE ISOLATED`; src/isolation/), not in Redis's.
+    pub isolated: bool,
+    /// The worker executable (load-time `WORKER_PATH`); by default `redisai-worker` beside libredisai.so.
+    pub worker_path: Option<String>,
 }
 
 impl Default for Config {
@@ -61,6 +65,8 @@ impl Default for Config {
             deferred_model_build: false,
             detailed_stats: true,
             module_dir: None,
+            isolated: false,
+            worker_path: None,
         }
     }
 }
@@ -144,6 +150,14 @@ impl Config {
                 "RUNTIME_BACKEND_LOADING" => c.runtime_backend_loading = yes_no(&key, val)?,
                 "DEFERRED_MODEL_BUILD" => c.deferred_model_build = yes_no(&key, val)?,
                 "DETAILED_STATS" => c.detailed_stats = yes_no(&key, val)?,
+                "EXECUTION_MODE" => {
+                    c.isolated = match val.to_ascii_uppercase().as_slice() {
+                        b"ISOLATED" => true,
+                        b"IN_PROCESS" => false,
+                        _ => return Err(arg_error(&key, val)),
+                    }
+                }
+                "WORKER_PATH" => c.worker_path = Some(text()?),
                 _ => return Err(arg_error(&key, val)),
             }
         }

@@ -13,6 +13,7 @@ pub mod device;
 pub mod error;
 pub mod exec;
 pub mod histogram;
+pub mod isolation;
 pub mod limits;
 pub mod log;
 pub mod model;

@@ -124,5 +124,9 @@ impl Drop for Model {
 
 fn load_handle(spec: &ModelSpec) -> Result<Box<dyn LoadedModel>> {
     let opts = LoadOptions::from_config(spec.device.clone(), spec.inputs.clone(), spec.outputs.clone());
-    backends::load_model(spec.backend, spec.blob.clone(), &opts)
+    if crate::isolation::enabled() {
+        crate::isolation::load_model(spec.backend, spec.blob.clone(), &opts)
+    } else {
+        backends::load_model(spec.backend, spec.blob.clone(), &opts)
+    }
 }

@@ -20,18 +20,27 @@ fn parse_device(name: &str) -> Result<Device> {
     Device::parse(name.as_bytes()).map_err(|_| Error::parse("Error configuring script: unsupported device"))
 }
 
+/// Compiles in a worker when backends run isolated, else in this process.
+fn load_handle(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedScript>> {
+    if crate::isolation::enabled() {
+        crate::isolation::load_script(spec, device)
+    } else {
+        backends::load_script(spec, device)
+    }
+}
+
 impl Script {
     /// Compiles the script and checks its entry points (slow: off the main thread).
     pub fn build(key: &[u8], spec: ScriptSpec) -> Result<Script> {
         let device = parse_device(&spec.device_name)?;
-        let handle = backends::load_script(&spec, &device)?;
+        let handle = load_handle(&spec, &device)?;
         Ok(Script::with_handle(key, spec, Ok(device), Ok(handle)))
     }
 
     /// For RDB loads: a script that cannot be compiled now is kept, so no data is lost.
     pub fn restore(key: &[u8], spec: ScriptSpec) -> Script {
         let device = parse_device(&spec.device_name);
-        let handle = device.as_ref().map_err(Clone::clone).and_then(|d| backends::load_script(&spec, d));
+        let handle = device.as_ref().map_err(Clone::clone).and_then(|d| load_handle(&spec, d));
         Script::with_handle(key, spec, device, handle)
     }
 

@@ -176,6 +176,8 @@ pub struct BackendEntry {
     pub version: fn() -> Option<String>,
     /// `AI.CONFIG LOADBACKEND <backend> <path>`.
     pub load_library: fn(&str) -> Result<()>,
+    /// Opens the library from the load-time path or the default, as the first model would.
+    pub open: fn() -> Result<()>,
     /// Builds an admitted model.
     pub load_model: fn(Blob, &LoadOptions) -> Result<Box<dyn LoadedModel>>,
     /// Compiles a script (TORCH only).
@@ -196,6 +198,7 @@ pub static BACKENDS: &[BackendEntry] = &[
         version_field: "TensorFlow_version",
         version: tensorflow::version,
         load_library: tensorflow::load_library,
+        open: tensorflow::open_default,
         load_model: tensorflow::load,
         load_script: None,
         info: no_info,
@@ -206,6 +209,7 @@ pub static BACKENDS: &[BackendEntry] = &[
         version_field: "TensorFlowLite_version",
         version: tflite::version,
         load_library: tflite::load_library,
+        open: tflite::open_default,
         load_model: tflite::load,
         load_script: None,
         info: tflite::info,
@@ -216,6 +220,7 @@ pub static BACKENDS: &[BackendEntry] = &[
         version_field: "Torch_version",
         version: torch::version,
         load_library: torch::load_library,
+        open: torch::open_default,
         load_model: torch::load,
         load_script: Some(torch::load_script),
         info: no_info,
@@ -226,6 +231,7 @@ pub static BACKENDS: &[BackendEntry] = &[
         version_field: "onnxruntime_version",
         version: onnx::version,
         load_library: onnx::load_library,
+        open: onnx::open_default,
         load_model: onnx::load,
         load_script: None,
         info: onnx::info,
@@ -251,6 +257,13 @@ pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedS
 pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     crate::admission::check(backend, &blob)?;
     (entry(backend)?.load_model)(blob, opts)
+}
+
+/// Opens `kind`'s library now (a worker does, before its sandbox goes in) and gives its version.
+pub fn open_library(kind: BackendKind) -> Result<String> {
+    let b = entry(kind)?;
+    (b.open)()?;
+    Ok((b.version)().unwrap_or_default())
 }
 
 /// `(INFO field, version)` of every backend loaded so far, for INFO's ai_backends_info.

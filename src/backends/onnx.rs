@@ -48,6 +48,11 @@ fn runtime() -> Result<Arc<Runtime>> {
     RUNTIME.get(option_env!("REDISAI_ONNX_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}")), open)
 }
 
+/// Opens the library where `runtime` would (a worker, before its sandbox goes in).
+pub fn open_default() -> Result<()> {
+    runtime().map(|_| ())
+}
+
 /// `AI.CONFIG LOADBACKEND ONNX <path>` (one ONNX Runtime per process).
 pub fn load_library(path: &str) -> Result<()> {
     RUNTIME.load(path, open)

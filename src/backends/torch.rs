@@ -105,6 +105,11 @@ pub fn backend() -> Result<Arc<Backend>> {
     BACKEND.get(default, open)
 }
 
+/// Opens the library where `backend` would (a worker, before its sandbox goes in).
+pub fn open_default() -> Result<()> {
+    backend().map(|_| ())
+}
+
 /// `AI.CONFIG LOADBACKEND TORCH <path>`.
 pub fn load_library(path: &str) -> Result<()> {
     BACKEND.load(path, open)

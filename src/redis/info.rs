@@ -38,12 +38,16 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_field_long_long(ctx, "backend_memory_limit", c.backend_memory_limit_mb as i64);
 
         raw::add_info_section(ctx, Some("backends_info"));
-        let versions = crate::backends::loaded_versions();
+        let versions = if crate::isolation::enabled() {
+            crate::isolation::loaded_versions()
+        } else {
+            crate::backends::loaded_versions()
+        };
         for (field, version) in &versions {
             raw::add_info_field_str(ctx, field, version);
         }
-        for (field, value) in crate::backends::info_fields("backends_info") {
-            raw::add_info_field_unsigned_long_long(ctx, field, value);
+        for (field, value) in backend_fields("backends_info") {
+            raw::add_info_field_unsigned_long_long(ctx, &field, value);
         }
         if versions.iter().any(|(f, _)| *f == "onnxruntime_version") {
             let sessions = crate::exec::queues().worker_count() as i64;
@@ -84,8 +88,15 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
         raw::add_info_field_long_long(ctx, "models_failed_build", failed as i64);
         // What the backends add here: what LiteRT holds now and how many of its allocations the backend memory
         // bound refused (its allocation imports are counted: backends/tflite/alloc.rs).
-        for (field, value) in crate::backends::info_fields("redisai_rs") {
-            raw::add_info_field_unsigned_long_long(ctx, field, value);
+        for (field, value) in backend_fields("redisai_rs") {
+            raw::add_info_field_unsigned_long_long(ctx, &field, value);
+        }
+
+        // Where backends run (EXECUTION_MODE), and each worker process: pid, resident memory, restarts, last exit.
+        raw::add_info_section(ctx, Some("workers"));
+        raw::add_info_field_str(ctx, "execution_mode", if c.isolated { "isolated" } else { "in_process" });
+        for (field, value) in crate::isolation::info() {
+            raw::add_info_field_str(ctx, &field, &value);
         }
 
         // Per device queue: what waits, what runs, and how long requests waited (docs/commands.md,
@@ -126,4 +137,13 @@ pub extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
 /// syntax reserves `:`, `,`, `=` and line ends), so two keys may share a line name; AI.INFO tells them apart.
 fn info_name(key: &[u8]) -> String {
     key.iter().map(|&b| if b.is_ascii_alphanumeric() || b"_-.".contains(&b) { b as char } else { '_' }).collect()
+}
+
+/// What the backends add to INFO's `section`: this process's, or its workers' when backends run isolated.
+fn backend_fields(section: &str) -> Vec<(String, u64)> {
+    if crate::isolation::enabled() {
+        crate::isolation::info_fields(section)
+    } else {
+        crate::backends::info_fields(section).into_iter().map(|(f, v)| (f.to_string(), v)).collect()
+    }
 }

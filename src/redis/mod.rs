@@ -48,7 +48,38 @@ pub mod types;
 /// see it. Unit tests run outside Redis, where that allocator does not exist.
 #[cfg(all(not(test), not(feature = "system-alloc")))]
 #[global_allocator]
-static ALLOCATOR: redis_module::alloc::RedisAlloc = redis_module::alloc::RedisAlloc;
+static ALLOCATOR: ModuleAlloc = ModuleAlloc;
+
+#[cfg(all(not(test), not(feature = "system-alloc")))]
+/// Redis's allocator in Redis's process; the system's in the backend worker (`redisai-worker` links this
+/// crate), where Redis's functions are never set. The choice cannot change within a process: Redis sets them
+/// in OnLoad before the module allocates anything, and never unsets them.
+struct ModuleAlloc;
+
+#[cfg(all(not(test), not(feature = "system-alloc")))]
+// SAFETY: each call goes to one allocator, the same for a pointer's allocation and its release (see above).
+unsafe impl std::alloc::GlobalAlloc for ModuleAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's contract.
+        unsafe {
+            if std::ptr::addr_of!(raw::RedisModule_Alloc).read().is_some() {
+                redis_module::alloc::RedisAlloc.alloc(layout)
+            } else {
+                std::alloc::System.alloc(layout)
+            }
+        }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: forwarded with the caller's contract.
+        unsafe {
+            if std::ptr::addr_of!(raw::RedisModule_Free).read().is_some() {
+                redis_module::alloc::RedisAlloc.dealloc(ptr, layout)
+            } else {
+                std::alloc::System.dealloc(ptr, layout)
+            }
+        }
+    }
+}
 
 use std::ffi::CString;
 

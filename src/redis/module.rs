@@ -48,6 +48,11 @@ fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) ->
     crate::log::set_sink(log_warning);
     #[cfg(feature = "torch")]
     crate::backends::torch::set_host(super::script_host::host_api());
+    #[cfg(feature = "torch")]
+    crate::isolation::set_host(crate::isolation::Host {
+        execute: super::script_host::execute,
+        model_execute: super::script_host::model_execute_tensors,
+    });
     const ERR: c_int = raw::Status::Err as c_int;
 
     let args: Vec<Vec<u8>> = (0..argc.max(0) as usize)

@@ -55,27 +55,27 @@ const MAX_REPLY_DEPTH: usize = 32;
 /// A call reply as RESP2 (what the backend parses into TorchScript values); a reply nested deeper than
 /// `MAX_REPLY_DEPTH` becomes an error there.
 fn encode(r: *mut raw::RedisModuleCallReply, out: &mut Vec<u8>, depth: usize) {
-    let text = |out: &mut Vec<u8>| {
+    // The reply's bytes, borrowed (a GET of a large value is copied once, into `out`, under the lock).
+    let text = || -> &[u8] {
         let mut len = 0usize;
         let p = raw::call_reply_string_ptr(r, &mut len);
-        // SAFETY: the reply owns `len` bytes at `p` while it lives.
-        if p.is_null() { Vec::new() } else { unsafe { std::slice::from_raw_parts(p as *const u8, len) }.to_vec() }
-            .into_iter()
-            .for_each(|b| out.push(b));
+        if p.is_null() {
+            &[]
+        } else {
+            // SAFETY: the reply owns `len` bytes at `p` while it lives, which is past this call.
+            unsafe { std::slice::from_raw_parts(p as *const u8, len) }
+        }
     };
     match raw::call_reply_type(r) {
         raw::ReplyType::String | raw::ReplyType::VerbatimString | raw::ReplyType::BigNumber => {
-            let mut body = Vec::new();
-            text(&mut body);
+            let body = text();
             out.extend_from_slice(format!("${}\r\n", body.len()).as_bytes());
-            out.extend_from_slice(&body);
+            out.extend_from_slice(body);
             out.extend_from_slice(b"\r\n");
         }
         raw::ReplyType::Error => {
-            let mut body = Vec::new();
-            text(&mut body);
             out.push(b'-');
-            out.extend(body.into_iter().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+            out.extend(text().iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
             out.extend_from_slice(b"\r\n");
         }
         raw::ReplyType::Integer | raw::ReplyType::Bool => {
@@ -102,21 +102,34 @@ unsafe extern "C" fn redis_call(
     reply: *mut *mut u8,
     len: *mut usize,
 ) -> i32 {
-    let resp = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the backend lends `nargs` views and the command for the duration of this call.
-        let (cmd, args) =
-            unsafe { (bytes(&cmd), if nargs == 0 { &[][..] } else { std::slice::from_raw_parts(args, nargs) }) };
-        let Ok(name) = CString::new(cmd) else { return b"-ERR bad command name\r\n".to_vec() };
-        // SAFETY: as above, each view is readable for the duration of this call.
-        let words: Vec<&[u8]> = std::iter::once(cmd).chain(args.iter().map(|a| unsafe { bytes(a) })).collect();
+    // SAFETY: the backend lends `nargs` views and the command for the duration of this call.
+    let (cmd, args) =
+        unsafe { (bytes(&cmd), if nargs == 0 { &[][..] } else { std::slice::from_raw_parts(args, nargs) }) };
+    // SAFETY: as above, each view is readable for the duration of this call.
+    let words: Vec<&[u8]> = std::iter::once(cmd).chain(args.iter().map(|a| unsafe { bytes(a) })).collect();
+    let boxed = execute(&words).into_boxed_slice();
+    // SAFETY: the out-pointers are writable; the buffer goes back through `free_bytes`.
+    unsafe {
+        *len = boxed.len();
+        *reply = Box::into_raw(boxed) as *mut u8;
+    }
+    0
+}
+
+/// `redis.execute(words...)` for the current caller: Redis's reply as RESP2, or an error reply.
+pub fn execute(words: &[&[u8]]) -> Vec<u8> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let Some(Ok(name)) = words.first().map(|c| CString::new(*c)) else {
+            return b"-ERR bad command name\r\n".to_vec();
+        };
         let caller = current_caller();
         locked(&caller, |ctx| {
             // The command name first: the ACL check looks the command (and subcommand) up from argv. Made and
             // freed under the lock: a command may keep a reference to an argument (SET stores its value).
-            let argv = OwnedStrings::new(&words);
+            let argv = OwnedStrings::new(words);
             let mut out = Vec::new();
             let checked = acl::check_command(caller.user.as_deref(), &argv)
-                .and_then(|()| allowed_in_scripts(ctx, &words).map_err(str::to_string));
+                .and_then(|()| allowed_in_scripts(ctx, words).map_err(str::to_string));
             if let Err(e) = checked {
                 out.extend_from_slice(format!("-{e}\r\n").as_bytes());
                 return Ok(out);
@@ -145,14 +158,7 @@ unsafe extern "C" fn redis_call(
         })
         .unwrap_or_else(|e| format!("-{}\r\n", e.reply_text()).into_bytes())
     }))
-    .unwrap_or_else(|_| b"-ERR internal error in redis.execute\r\n".to_vec());
-    let boxed = resp.into_boxed_slice();
-    // SAFETY: the out-pointers are writable; the buffer goes back through `free_bytes`.
-    unsafe {
-        *len = boxed.len();
-        *reply = Box::into_raw(boxed) as *mut u8;
-    }
-    0
+    .unwrap_or_else(|_| b"-ERR internal error in redis.execute\r\n".to_vec())
 }
 
 /// Whether a command may run from a script, as Redis decides for Lua: not if it (or its subcommand) is flagged
@@ -244,12 +250,6 @@ fn strerror(code: i32) -> String {
 }
 
 fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<Tensor>> {
-    let caller = current_caller();
-    let model: Arc<Model> = locked(&caller, |ctx| {
-        acl::check_read_key(caller.user.as_deref(), key).map_err(|text| Error::Permission { text, prefixed: true })?;
-        let k = Key::open_name(ctx, key, false);
-        k.get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
-    })?;
     let tensors = inputs
         .iter()
         .map(|v| {
@@ -268,6 +268,17 @@ fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<T
             Tensor::from_blob(dtype, shape, data)
         })
         .collect::<Result<Vec<_>>>()?;
+    model_execute_tensors(key, tensors, noutputs)
+}
+
+/// `redisAI.model_execute(key, tensors, noutputs)` for the current caller.
+pub fn model_execute_tensors(key: &[u8], tensors: Vec<Tensor>, noutputs: usize) -> Result<Vec<Tensor>> {
+    let caller = current_caller();
+    let model: Arc<Model> = locked(&caller, |ctx| {
+        acl::check_read_key(caller.user.as_deref(), key).map_err(|text| Error::Permission { text, prefixed: true })?;
+        let k = Key::open_name(ctx, key, false);
+        k.get_arc(&MODEL_TYPE)?.ok_or(Error::ModelKeyEmpty)
+    })?;
     let inputs: Vec<Arc<Tensor>> = tensors.into_iter().map(Arc::new).collect();
     let outs = crate::exec::op::run_nested(&model, &inputs, noutputs, &caller)?;
     Ok(outs.into_iter().map(|t| Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())).collect())

@@ -58,6 +58,9 @@ from helpers.server import (MODULE_PATH, ONNX_LIB, SERVER_BIN, RedisServer, chec
 def pytest_configure(config):
     config.addinivalue_line("markers", "server_args(*args): extra redis-server arguments for the `server` fixture")
     config.addinivalue_line("markers", "module_args(*args): extra module load arguments for the `server` fixture")
+    config.addinivalue_line("markers", "in_process: the test is about in-process execution (inline runs, the "
+                            "queue threads' own CPU time): its servers run backends in Redis's process whatever "
+                            "REDISAI_EXECUTION_MODE says")
 
 
 def pytest_report_header(config):
@@ -96,6 +99,8 @@ def make_server(request, tmp_path_factory):
     servers = []
 
     def factory(server_args=(), module_args=(), load_module=True, name=None, start=True):
+        if request.node.get_closest_marker("in_process"):
+            module_args = ["EXECUTION_MODE", "IN_PROCESS", *module_args]
         name = name or f"server{len(servers)}"
         d = tmp_path_factory.mktemp(f"{safe_name(request.node.name)}-{name}")
         srv = RedisServer(d, server_args=server_args, module_args=module_args,

@@ -471,6 +471,7 @@ def thread_cpu_ticks(pid, tid):
     return int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
 
 
+@pytest.mark.in_process  # it reads the queue threads' own CPU time; bench.py --only devices measures both modes
 @pytest.mark.module_args("INTRA_OP_PARALLELISM", "1")
 @pytest.mark.skipif(os.cpu_count() < 2, reason="needs two CPUs to run two device queues at once")
 def test_dag_two_devices_run_in_parallel(server):

@@ -21,6 +21,9 @@ def execute(con, key="m", inputs=("a", "a"), out="c"):
 
 # A threshold of 1 ms in the tests that need runs to qualify: a loaded CI machine can take the tiny model past
 # the default 100 µs now and then, and what is tested is which runs go inline, not the default.
+# Inline runs are an in-process path: with backends in workers every run is queued (docs/design.md).
+pytestmark = pytest.mark.in_process
+
 SHORT = ("INLINE_THRESHOLD", "1000")
 
 

@@ -579,7 +579,7 @@ def test_info_modules_fields_are_redisais(shared_server, con):
                                                "ai_models_failed_build", "ai_tflite_memory",
                                                "ai_tflite_memory_refusals"]
     # Ours after it: per device queue, then a line per model and script (docs/commands.md, "Observability").
-    assert names[5:] == ["ai_redisai_rs", "ai_queues", "ai_keys"], names
+    assert names[5:] == ["ai_redisai_rs", "ai_workers", "ai_queues", "ai_keys"], names
     assert {"ai_queue_CPU_pending", "ai_queue_CPU_busy_workers", "ai_queue_CPU_wait_p99_us"} <= set(sections["ai_queues"])
     assert "ai_model_m" in sections["ai_keys"], sections["ai_keys"]
 

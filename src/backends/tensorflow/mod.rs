@@ -80,6 +80,11 @@ fn runtime() -> Result<Arc<Api>> {
     RUNTIME.get(option_env!("REDISAI_TF_LIB_DIR").map(|d| format!("{d}/{LIB_NAME}")), open)
 }
 
+/// Opens the library where `runtime` would (a worker, before its sandbox goes in).
+pub fn open_default() -> Result<()> {
+    runtime().map(|_| ())
+}
+
 /// `AI.CONFIG LOADBACKEND TF <path>`.
 pub fn load_library(path: &str) -> Result<()> {
     RUNTIME.load(path, open)

@@ -51,6 +51,11 @@ fn runtime() -> Result<Arc<Api>> {
     RUNTIME.get(default_path(), open)
 }
 
+/// Opens the library where `runtime` would (a worker, before its sandbox goes in).
+pub fn open_default() -> Result<()> {
+    runtime().map(|_| ())
+}
+
 /// `AI.CONFIG LOADBACKEND TFLITE <path>`.
 pub fn load_library(path: &str) -> Result<()> {
     RUNTIME.load(path, open)

@@ -44,6 +44,9 @@ pub fn config(c: &Cmd) -> Result<()> {
         ));
     }
     match parsed {
+        ConfigCmd::LoadBackend(b, path) if crate::isolation::enabled() => {
+            crate::isolation::load_backend_library(b, &path)?
+        }
         ConfigCmd::LoadBackend(b, path) => backends::load_backend_library(b, &path)?,
         ConfigCmd::BackendsPath(p) => CONFIG.write().backends_path = Some(p),
         ConfigCmd::ModelChunkSize(n) => CONFIG.write().model_chunk_size = n,

@@ -292,10 +292,10 @@ def sessions(server):
     return int(modules_info(server)["ai_onnxruntime_maximum_run_sessions_number"])
 
 
-# RedisAI's five sections in its order, then this module's own (its version and the backend memory bound, the
-# device queues, a line per model and script).
+# RedisAI's five sections in its order, then this module's own (its version and the backend memory bound, where
+# backends run and their worker processes, the device queues, a line per model and script).
 AI_SECTIONS = ["ai_versions", "ai_git", "ai_load_time_configs", "ai_backends_info", "ai_cpu", "ai_redisai_rs",
-               "ai_queues", "ai_keys"]
+               "ai_workers", "ai_queues", "ai_keys"]
 
 
 def check_common_sections(server, threads="1"):

@@ -28,6 +28,9 @@ SERVER_BIN = os.environ.get("REDIS_SERVER") or "redis-server"
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 TF_LIB = os.environ.get("REDISAI_TF_LIB")
 TFLITE_LIB = os.environ.get("REDISAI_TFLITE_LIB")
+# Where backends run in every server the tests start (EXECUTION_MODE): `isolated` or `in_process`; unset, the
+# module's default. `make test` runs the suite both ways.
+EXECUTION_MODE = os.environ.get("REDISAI_EXECUTION_MODE")
 LOG_TAIL_LINES = int(os.environ.get("REDISAI_LOG_TAIL", "200"))
 
 START_TIMEOUT = 30.0  # seconds for a server to answer PING (loading a big AOF/RDB can take a while)
@@ -117,6 +120,8 @@ class RedisServer:
             args += ["TF", TF_LIB]
         if TFLITE_LIB:
             args += ["TFLITE", TFLITE_LIB]
+        if EXECUTION_MODE:
+            args += ["EXECUTION_MODE", EXECUTION_MODE]
         return args + self.module_args
 
     def argv(self):

@@ -1,0 +1,354 @@
+//! Redis's side of the workers: one worker process per (device queue, backend), started on first use from a
+//! thread of its own (the worker's death signal follows the thread that started it, so that thread lives as
+//! long as the worker), watched through a pidfd, and replaced on demand after it exits: every lane it held is
+//! marked dead at once, so every request it held gets an error, and the next request starts a new worker.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::channel;
+use super::lane::{Killer, Lane};
+use super::wire::Reader;
+use crate::backend_kind::BackendKind;
+use crate::error::{Error, Result};
+
+/// How long a worker may take to load its backend library and say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(120);
+/// Lanes one worker may have (a lane per Redis thread waiting on it at once).
+const MAX_LANES: usize = 1024;
+
+/// One running worker process.
+pub struct Process {
+    pub pid: i32,
+    /// Counts the workers of its slot: a model loaded in one is not loaded in the next.
+    pub generation: u64,
+    channel: OwnedFd,
+    free: Mutex<Vec<Lane>>,
+    killers: Mutex<Vec<Killer>>,
+    /// Why it exited, once it has.
+    exit: Mutex<Option<String>>,
+    /// Models and scripts loaded in it (by id) and those to free there with the next request.
+    pub loaded: Mutex<std::collections::HashSet<u64>>,
+    pub to_free: Mutex<Vec<u64>>,
+}
+
+impl Process {
+    /// A free lane, or a new one handed to the worker.
+    pub fn lane(&self) -> Result<Lane> {
+        if let Some(l) = self.free.lock().pop() {
+            return Ok(l);
+        }
+        let mut killers = self.killers.lock();
+        if let Some(why) = self.exit.lock().as_ref() {
+            return Err(exited(why));
+        }
+        if killers.len() >= MAX_LANES {
+            return Err(Error::Unavailable("too many requests wait on one backend worker".into()));
+        }
+        let lane = Lane::create()?;
+        channel::send(&self.channel, b"L", Some(lane.fd()))?;
+        killers.push(lane.killer());
+        Ok(lane)
+    }
+
+    /// Gives a lane back after a request that finished (a lane whose request failed half-way is dropped).
+    pub fn give(&self, lane: Lane) {
+        if lane.state() == super::lane::REPLY {
+            self.free.lock().push(lane);
+        }
+    }
+
+    /// Why the worker exited (a lane found dead).
+    pub fn exit_error(&self) -> Error {
+        match self.exit.lock().as_ref() {
+            Some(why) => exited(why),
+            None => super::lane::dead(),
+        }
+    }
+
+    /// Stops a worker that overran its run's kill switch: its exit then fails every request it held.
+    pub fn kill(&self) {
+        // SAFETY: kill with a pid we started and have not reaped (the slot's thread reaps it after this).
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+    }
+
+    fn exited(&self, why: String) {
+        let killers = std::mem::take(&mut *self.killers.lock());
+        *self.exit.lock() = Some(why);
+        for k in &killers {
+            k.kill();
+        }
+        self.free.lock().clear();
+    }
+}
+
+fn exited(why: &str) -> Error {
+    Error::Unavailable(format!("the backend worker {why}; the request was not completed"))
+}
+
+#[derive(Default)]
+struct SlotState {
+    current: Option<Arc<Process>>,
+    starting: bool,
+    /// The last start's failure, for those that waited for it.
+    failed: Option<Error>,
+    generation: u64,
+}
+
+/// The worker of one (device queue, backend), across its restarts.
+pub struct Slot {
+    pub device: Arc<str>,
+    pub kind: BackendKind,
+    state: Mutex<SlotState>,
+    changed: Condvar,
+    pub restarts: AtomicU64,
+    pub last_exit: Mutex<Option<String>>,
+}
+
+type Slots = HashMap<(Arc<str>, BackendKind), Arc<Slot>>;
+
+static SLOTS: Mutex<Option<Slots>> = Mutex::new(None);
+
+/// The slot of (`device`'s queue, `kind`).
+pub fn slot(device: Arc<str>, kind: BackendKind) -> Arc<Slot> {
+    let mut slots = SLOTS.lock();
+    slots
+        .get_or_insert_with(HashMap::new)
+        .entry((device.clone(), kind))
+        .or_insert_with(|| {
+            Arc::new(Slot {
+                device,
+                kind,
+                state: Mutex::new(SlotState::default()),
+                changed: Condvar::new(),
+                restarts: AtomicU64::new(0),
+                last_exit: Mutex::new(None),
+            })
+        })
+        .clone()
+}
+
+/// Every slot, for INFO.
+pub fn slots() -> Vec<Arc<Slot>> {
+    let mut v: Vec<_> = SLOTS.lock().as_ref().map(|s| s.values().cloned().collect()).unwrap_or_default();
+    v.sort_by(|a, b| (&a.device, a.kind.name()).cmp(&(&b.device, b.kind.name())));
+    v
+}
+
+impl Slot {
+    /// The running worker, started (and waited for) if there is none.
+    pub fn process(self: &Arc<Self>) -> Result<Arc<Process>> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(p) = &st.current {
+                return Ok(p.clone());
+            }
+            if !st.starting {
+                st.starting = true;
+                st.failed = None;
+                let slot = self.clone();
+                let started = std::thread::Builder::new()
+                    .name(format!("ai:worker:{}", self.device))
+                    .spawn(move || slot.supervise());
+                if let Err(e) = started {
+                    st.starting = false;
+                    return Err(Error::Unavailable(format!("could not start a backend worker: {e}")));
+                }
+            }
+            let generation = st.generation;
+            while st.starting && st.generation == generation {
+                self.changed.wait(&mut st);
+            }
+            if st.current.is_none() {
+                if let Some(e) = st.failed.clone() {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The running worker, if any (without starting one).
+    pub fn current(&self) -> Option<Arc<Process>> {
+        self.state.lock().current.clone()
+    }
+
+    /// The slot's thread: starts the worker, publishes it, waits for its exit, records it.
+    fn supervise(self: Arc<Self>) {
+        let generation = self.state.lock().generation + 1;
+        let started = start(&self.device, self.kind, generation);
+        let (process, pidfd) = {
+            let mut st = self.state.lock();
+            st.starting = false;
+            st.generation = generation;
+            match started {
+                Ok((p, pidfd)) => {
+                    st.current = Some(p.clone());
+                    self.changed.notify_all();
+                    (p, pidfd)
+                }
+                Err(e) => {
+                    st.failed = Some(e);
+                    self.changed.notify_all();
+                    return;
+                }
+            }
+        };
+        let why = wait_exit(process.pid, &pidfd);
+        crate::log::warning(&format!(
+            "backend worker {} for {} (pid {}) {why}; requests it held get an error, the next one starts a new worker",
+            self.kind.name(),
+            self.device,
+            process.pid
+        ));
+        {
+            let mut st = self.state.lock();
+            if st.current.as_ref().is_some_and(|p| Arc::ptr_eq(p, &process)) {
+                st.current = None;
+            }
+        }
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+        *self.last_exit.lock() = Some(why.clone());
+        process.exited(why);
+    }
+}
+
+/// Spawns a worker (posix_spawn through `Command`: never a fork of Redis) and reads its hello.
+fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Process>, OwnedFd)> {
+    let (path, args) = super::worker_command(kind)?;
+    let (ours, theirs) = channel::pair()?;
+    let fail = |why: String| Error::Unavailable(format!("Could not load backend {}: {why}", kind.name()));
+    let child = std::process::Command::new(&path)
+        .args(&args)
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(k, _)| backend_variable(k)))
+        // ONNX Runtime keeps a telemetry database under the user's cache directory, opened at load (before the
+        // sandbox) and written afterwards: none, and nowhere to make one.
+        .env("ORT_DISABLE_TELEMETRY", "1")
+        .env("XDG_CACHE_HOME", "/nonexistent/redisai-worker")
+        .stdin(std::process::Stdio::from(theirs))
+        .spawn()
+        .map_err(|e| fail(format!("cannot start the backend worker {path}: {e}")))?;
+    let pid = child.id() as i32;
+    drop(child);
+    // SAFETY: pidfd_open on the pid just spawned (not yet reaped: only this thread reaps it).
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        // SAFETY: kill and reap the child that cannot be watched.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(fail(format!("pidfd_open: {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: a fresh descriptor, owned from here on.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let hello = channel::receive(&ours, HELLO_TIMEOUT);
+    let version = match hello {
+        Ok(Some(bytes)) => {
+            let mut r = Reader::new(&bytes);
+            match r.status().and_then(|()| r.bytes().map(|v| String::from_utf8_lossy(v).into_owned())) {
+                Ok(v) => Ok(v),
+                Err(e) => Err(e),
+            }
+        }
+        Ok(None) => Err(fail("the backend worker exited while loading the library".into())),
+        Err(e) => Err(fail(format!("no answer from the backend worker ({e})"))),
+    };
+    let version = match version {
+        Ok(v) => v,
+        Err(e) => {
+            // SAFETY: stop and reap the worker that failed to start.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = wait_exit(pid, &pidfd);
+            return Err(e);
+        }
+    };
+    super::record_version(kind, &version);
+    let p = Process {
+        pid,
+        generation,
+        channel: ours,
+        free: Mutex::new(Vec::new()),
+        killers: Mutex::new(Vec::new()),
+        exit: Mutex::new(None),
+        loaded: Mutex::new(Default::default()),
+        to_free: Mutex::new(Vec::new()),
+    };
+    let _ = device;
+    Ok((Arc::new(p), pidfd))
+}
+
+/// The variables of Redis's environment a worker gets: those the backend libraries read (thread pools, kernels,
+/// devices, logging), not the rest (which may hold the operator's secrets).
+fn backend_variable(name: &std::ffi::OsStr) -> bool {
+    const PREFIXES: &[&str] = &[
+        "TF_",
+        "TFLITE_",
+        "ORT_",
+        "OMP_",
+        "KMP_",
+        "MKL_",
+        "ONEDNN_",
+        "DNNL_",
+        "TORCH_",
+        "PYTORCH_",
+        "CUDA_",
+        "NVIDIA_",
+        "CUBLAS",
+        "CUDNN",
+        "XLA_",
+        "LD_LIBRARY_PATH",
+    ];
+    name.to_str().is_some_and(|n| PREFIXES.iter().any(|p| n.starts_with(p)))
+}
+
+/// Waits for the worker to exit and says how. Redis may have reaped it (it waits for any child while a
+/// BGSAVE runs), so the exit is seen on the pidfd and the status read when it is still there.
+fn wait_exit(pid: i32, pidfd: &OwnedFd) -> String {
+    let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll on one valid pollfd.
+    while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
+    // SAFETY: siginfo is plain data; waitid writes it for our child (P_PIDFD = 3).
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        if libc::waitid(3, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED) != 0 {
+            let _ = pid;
+            return "exited".into();
+        }
+        let status = info.si_status();
+        match info.si_code {
+            libc::CLD_EXITED => format!("exited with status {status}"),
+            libc::CLD_KILLED | libc::CLD_DUMPED => format!("was killed by signal {status} ({})", signal_name(status)),
+            _ => "exited".into(),
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => "signal",
+    }
+}
+
+/// A worker's resident memory, in bytes (0 when it cannot be read).
+pub fn rss(pid: i32) -> u64 {
+    let pages = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .unwrap_or(0);
+    // SAFETY: sysconf reads a constant.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64
+}

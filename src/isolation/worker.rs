@@ -1,0 +1,402 @@
+//! The worker process (`redisai-worker`): loads one backend library, confines itself (sandbox.rs), then serves
+//! lanes: each lane Redis hands over (a memfd through the channel, its stdin) gets a thread that loads models
+//! and scripts and runs them as the lane's messages ask (protocol.rs), and passes a script's callbacks back to
+//! Redis on the same lane.
+
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::lane::{self, Lane};
+use super::wire::{self, Reader, Writer};
+use crate::backends::{self, LoadOptions, LoadedModel, LoadedScript, RunRequest, ScriptRequest};
+use crate::caller::Caller;
+use crate::config::{Config, CONFIG};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::script_spec::ScriptSpec;
+use crate::tensor::Tensor;
+
+/// How long a lane's thread polls for the next request before it sleeps: requests that follow each other
+/// within it cost no system call.
+const SPIN: Duration = Duration::from_micros(50);
+
+static MODELS: parking_lot::RwLock<Option<HashMap<u64, Arc<dyn LoadedModel>>>> = parking_lot::RwLock::new(None);
+static SCRIPTS: parking_lot::RwLock<Option<HashMap<u64, Arc<dyn LoadedScript>>>> = parking_lot::RwLock::new(None);
+
+/// `redisai-worker <parent pid> <backend> <memory bound> <module dir> [KEY VALUE ...]` (the load-time arguments
+/// that say where the backend library is), or `redisai-worker --sandbox-test`.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--sandbox-test") {
+        return if super::sandbox::self_test() { 0 } else { 1 };
+    }
+    match start(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("redisai-worker: {e}");
+            1
+        }
+    }
+}
+
+fn start(args: &[String]) -> Result<()> {
+    let bad = || {
+        Error::Internal(
+            "usage: redisai-worker <parent pid> <backend> <memory bound> <module dir> [KEY VALUE ...]".into(),
+        )
+    };
+    let [parent, backend, bound, module_dir, rest @ ..] = args else { return Err(bad()) };
+    super::sandbox::detach(parent.parse().map_err(|_| bad())?)?;
+    let kind = crate::backend_kind::BackendKind::parse(backend.as_bytes())?;
+    let bound: u64 = bound.parse().map_err(|_| bad())?;
+    let pairs: Vec<&[u8]> = rest.iter().map(|s| s.as_bytes()).collect();
+    let mut config = Config::from_args(&pairs)?;
+    config.default_memory_bound = bound;
+    config.backend_memory_limit_mb = 0;
+    config.module_dir = (!module_dir.is_empty()).then(|| module_dir.clone());
+    *CONFIG.write() = config;
+    *MODELS.write() = Some(HashMap::new());
+    *SCRIPTS.write() = Some(HashMap::new());
+    #[cfg(feature = "torch")]
+    if kind == crate::backend_kind::BackendKind::Torch {
+        backends::torch::set_host(callbacks::host_api());
+    }
+    // The library is opened (reading files) before the filter goes in; its load error is the hello's answer.
+    let loaded = backends::open_library(kind).and_then(|version| {
+        super::sandbox::confine(bound)?;
+        Ok(version)
+    });
+    // SAFETY: stdin is the channel Redis gave this process; it is owned here from now on.
+    let channel = unsafe { OwnedFd::from_raw_fd(0) };
+    let mut hello = Vec::new();
+    match &loaded {
+        Ok(version) => Writer(&mut hello).u8(0).bytes(version.as_bytes()),
+        Err(e) => Writer(&mut hello).u8(1).error(e),
+    };
+    super::channel::send(&channel, &hello, None)?;
+    loaded?;
+    // Each message on the channel brings a lane; the channel's end (Redis closed it) ends the worker.
+    while let Some(fd) = super::channel::receive_fd(&channel)? {
+        let lane = Lane::open(fd)?;
+        std::thread::Builder::new()
+            .name("ai:lane".into())
+            .spawn(move || serve(lane))
+            .map_err(|e| Error::Internal(format!("backend worker: thread: {e}")))?;
+    }
+    Ok(())
+}
+
+/// One lane's thread: a request, its reply, until the lane dies.
+fn serve(mut lane: Lane) {
+    let mut from = lane::IDLE;
+    loop {
+        match lane.wait(from, SPIN, None) {
+            Some(lane::REQUEST) => {}
+            _ => return,
+        }
+        let reply = handle(&mut lane);
+        let mut sent = lane.start();
+        if sent.is_ok() {
+            match reply {
+                Ok(write) => {
+                    Writer(&mut lane).u8(0);
+                    write(&mut lane);
+                }
+                Err(e) => {
+                    Writer(&mut lane).u8(1).error(&e);
+                }
+            }
+            sent = lane.written();
+        }
+        if let Err(e) = sent {
+            let _ = lane.start();
+            Writer(&mut lane).u8(1).error(&e);
+        }
+        if lane.pass(lane::REPLY).is_err() {
+            return;
+        }
+        from = lane::REPLY;
+    }
+}
+
+type WriteReply = Box<dyn FnOnce(&mut Lane)>;
+
+fn handle(lane: &mut Lane) -> Result<WriteReply> {
+    let (map, len) = lane.message()?;
+    let mut r = Reader::new(&map.data()[..len]);
+    for _ in 0..r.count()? {
+        let id = r.u64()?;
+        MODELS.write().as_mut().map(|m| m.remove(&id));
+        SCRIPTS.write().as_mut().map(|m| m.remove(&id));
+    }
+    match r.u8()? {
+        wire::LOAD_MODEL => {
+            let id = r.u64()?;
+            let kind = wire::backend_from(r.u8()?)?;
+            let device = Device::parse(r.bytes()?)?;
+            let (intra, inter) = (r.u32()? as usize, r.u32()? as usize);
+            let (inputs, outputs) = (r.strings()?, r.strings()?);
+            let blob = Arc::new(r.bytes()?.to_vec());
+            drop(map);
+            let opts = LoadOptions { device, intra_op_threads: intra, inter_op_threads: inter, inputs, outputs };
+            let model: Arc<dyn LoadedModel> = Arc::from(backends::load_model(kind, blob, &opts)?);
+            let (ins, outs) = (model.inputs().to_vec(), model.outputs().to_vec());
+            MODELS.write().as_mut().map(|m| m.insert(id, model));
+            Ok(Box::new(move |lane| {
+                Writer(lane).strings(&ins).strings(&outs);
+            }))
+        }
+        wire::LOAD_SCRIPT => {
+            let id = r.u64()?;
+            let device = Device::parse(r.bytes()?)?;
+            let source = String::from_utf8(r.bytes()?.to_vec()).map_err(|_| Error::Internal("script source".into()))?;
+            let entry_points = r.strings()?;
+            drop(map);
+            let spec = ScriptSpec { device_name: device.name.clone(), tag: Vec::new(), source, entry_points };
+            let script: Arc<dyn LoadedScript> = Arc::from(backends::load_script(&spec, &device)?);
+            SCRIPTS.write().as_mut().map(|m| m.insert(id, script));
+            Ok(Box::new(|_| {}))
+        }
+        wire::RUN_MODEL => {
+            let id = r.u64()?;
+            let caller = r.caller()?;
+            let inputs = r.tensors()?;
+            let (start, deadline) = r.deadline(std::time::Instant::now())?;
+            drop(map);
+            let model = MODELS.read().as_ref().and_then(|m| m.get(&id).cloned()).ok_or_else(not_loaded)?;
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let req = RunRequest { inputs: &refs, caller: &caller, start, deadline };
+            let report = with_lane(lane, || model.execute(&req))?;
+            Ok(Box::new(move |lane| {
+                let outs: Vec<&Tensor> = report.outputs.iter().collect();
+                Writer(lane).u64(report.copy_us).tensors(&outs);
+            }))
+        }
+        wire::RUN_SCRIPT => {
+            let id = r.u64()?;
+            let function = r.bytes()?.to_vec();
+            let style = r.style()?;
+            let tensors = r.tensors()?;
+            let (keys, args) = (r.byte_strings()?, r.byte_strings()?);
+            let caller: Caller = r.caller()?;
+            let (_, deadline) = r.deadline(std::time::Instant::now())?;
+            drop(map);
+            let script = SCRIPTS.read().as_ref().and_then(|m| m.get(&id).cloned()).ok_or_else(not_loaded)?;
+            let refs: Vec<&Tensor> = tensors.iter().collect();
+            let req = ScriptRequest {
+                function: &function,
+                style,
+                tensors: &refs,
+                keys: &keys,
+                args: &args,
+                caller: &caller,
+                deadline,
+            };
+            let report = with_lane(lane, || script.execute(&req))?;
+            Ok(Box::new(move |lane| {
+                let outs: Vec<&Tensor> = report.outputs.iter().collect();
+                Writer(lane).u64(report.copy_us).tensors(&outs);
+            }))
+        }
+        wire::INFO => {
+            drop(map);
+            let fields: Vec<_> = backends::BACKENDS.iter().flat_map(|b| (b.info)()).collect();
+            Ok(Box::new(move |lane| {
+                Writer(lane).list(&fields, |w, (section, field, value)| {
+                    w.bytes(section.as_bytes()).bytes(field.as_bytes()).u64(*value);
+                });
+            }))
+        }
+        _ => Err(Error::Internal("backend worker: unknown request".into())),
+    }
+}
+
+fn not_loaded() -> Error {
+    Error::Internal("backend worker: the model is not loaded here".into())
+}
+
+thread_local! {
+    /// The lane of the request this thread runs: where its script's callbacks go.
+    static LANE: std::cell::Cell<*mut Lane> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs `f` with `lane` as the thread's callback lane.
+fn with_lane<R>(lane: &mut Lane, f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            LANE.with(|l| l.set(std::ptr::null_mut()));
+        }
+    }
+    LANE.with(|l| l.set(lane as *mut Lane));
+    let _reset = Reset;
+    f()
+}
+
+/// Sends a callback on this thread's lane and waits for Redis's answer; `read` decodes it.
+#[cfg_attr(not(feature = "torch"), allow(dead_code))]
+fn callback<R>(write: impl FnOnce(&mut Writer<Lane>), read: impl FnOnce(&mut Reader) -> Result<R>) -> Result<R> {
+    let lane = LANE.with(|l| l.get());
+    if lane.is_null() {
+        return Err(Error::Internal("a callback outside a request".into()));
+    }
+    // SAFETY: the pointer was set by `with_lane` on this thread for the duration of the request that is running
+    // this callback; nothing else uses the lane meanwhile (the request's reader dropped its mapping).
+    let lane = unsafe { &mut *lane };
+    lane.start()?;
+    write(&mut Writer(lane));
+    lane.written()?;
+    lane.pass(lane::CALLBACK)?;
+    match lane.wait(lane::CALLBACK, SPIN, None) {
+        Some(lane::CALLBACK_REPLY) => {}
+        _ => return Err(lane::dead()),
+    }
+    let (map, len) = lane.message()?;
+    let mut r = Reader::new(&map.data()[..len]);
+    read(&mut r)
+}
+
+#[cfg(feature = "torch")]
+mod callbacks {
+    //! The TORCH backend's callbacks (`redis.execute`, `redisAI.model_execute`) in a worker: each goes to Redis
+    //! on the request's lane, where the thread waiting for the run makes the call for the request's caller.
+
+    use std::ffi::{c_char, CString};
+
+    use super::{callback, wire};
+    use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
+    use crate::tensor::{DataType, Tensor};
+
+    pub fn host_api() -> HostApi {
+        HostApi { redis_call, model_execute, free_bytes, free_tensors, free_string }
+    }
+
+    /// SAFETY (callers): `v` points to `len` readable bytes for the call.
+    unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
+        if v.len == 0 {
+            &[]
+        } else {
+            // SAFETY: see above.
+            unsafe { std::slice::from_raw_parts(v.ptr, v.len) }
+        }
+    }
+
+    unsafe extern "C" fn redis_call(
+        cmd: StrView,
+        args: *const StrView,
+        nargs: usize,
+        reply: *mut *mut u8,
+        len: *mut usize,
+    ) -> i32 {
+        // SAFETY: the backend lends the command and `nargs` views for the duration of this call.
+        let (cmd, args) =
+            unsafe { (bytes(&cmd), if nargs == 0 { &[][..] } else { std::slice::from_raw_parts(args, nargs) }) };
+        let resp = std::panic::catch_unwind(|| {
+            callback(
+                |w| {
+                    w.u8(wire::CALL_REDIS).u32(args.len() as u32 + 1).bytes(cmd);
+                    for a in args {
+                        // SAFETY: as above.
+                        w.bytes(unsafe { bytes(a) });
+                    }
+                },
+                |r| {
+                    r.status()?;
+                    Ok(r.bytes()?.to_vec())
+                },
+            )
+        })
+        .unwrap_or_else(|_| Err(crate::error::Error::Internal("internal error in redis.execute".into())))
+        .unwrap_or_else(|e| format!("-{}\r\n", e.reply_text()).into_bytes());
+        let boxed = resp.into_boxed_slice();
+        // SAFETY: the out-pointers are writable; the buffer comes back through `free_bytes`.
+        unsafe {
+            *len = boxed.len();
+            *reply = Box::into_raw(boxed) as *mut u8;
+        }
+        0
+    }
+
+    unsafe extern "C" fn model_execute(
+        key: StrView,
+        inputs: *const TensorView,
+        ninputs: usize,
+        noutputs: usize,
+        outputs: *mut *mut TensorOut,
+        nout: *mut usize,
+        err: *mut *mut c_char,
+    ) -> i32 {
+        // SAFETY: the backend lends the key and `ninputs` views for the duration of this call.
+        let (key, views) =
+            unsafe { (bytes(&key), if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) }) };
+        let result = std::panic::catch_unwind(|| {
+            let tensors = views
+                .iter()
+                .map(|v| {
+                    let dtype =
+                        DataType::ALL.get(v.dtype as usize).copied().ok_or(crate::error::Error::InvalidDataType)?;
+                    // SAFETY: the view's shape and data are readable for the call.
+                    let (shape, data) = unsafe {
+                        (
+                            std::slice::from_raw_parts(v.shape, v.ndim as usize),
+                            std::slice::from_raw_parts(v.data, v.len),
+                        )
+                    };
+                    Tensor::from_blob(dtype, shape, data)
+                })
+                .collect::<crate::error::Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = tensors.iter().collect();
+            callback(
+                |w| {
+                    w.u8(wire::CALL_MODEL).bytes(key).tensors(&refs).u64(noutputs as u64);
+                },
+                |r| {
+                    r.status()?;
+                    r.tensors()
+                },
+            )
+        })
+        .unwrap_or_else(|_| Err(crate::error::Error::Internal("internal error in redisAI.model_execute".into())));
+        // SAFETY: the out-pointers are writable; what we hand out comes back through free_tensors/free_string.
+        unsafe {
+            match result {
+                Ok(ts) => {
+                    let outs = ts
+                        .into_iter()
+                        .map(|t| {
+                            let dtype = DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0) as u32;
+                            TensorOut::new(dtype, t.shape().to_vec(), t.data().to_vec())
+                        })
+                        .collect();
+                    torch_abi::give_outs(outs, outputs, nout);
+                    0
+                }
+                Err(e) => {
+                    *err = CString::new(e.reply_text().replace('\0', " ")).unwrap_or_default().into_raw();
+                    1
+                }
+            }
+        }
+    }
+
+    unsafe extern "C" fn free_bytes(p: *mut u8, len: usize) {
+        if !p.is_null() {
+            // SAFETY: `p`/`len` came from `redis_call` and are freed once.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
+        }
+    }
+
+    unsafe extern "C" fn free_tensors(p: *mut TensorOut, n: usize) {
+        // SAFETY: `p`/`n` came from `model_execute` (give_outs) and are freed once.
+        unsafe { torch_abi::free_outs(p, n) }
+    }
+
+    unsafe extern "C" fn free_string(p: *mut c_char) {
+        if !p.is_null() {
+            // SAFETY: `p` came from `model_execute` (CString::into_raw) and is freed once.
+            drop(unsafe { CString::from_raw(p) });
+        }
+    }
+}

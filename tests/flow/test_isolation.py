@@ -1,0 +1,279 @@
+"""Isolated execution (EXECUTION_MODE ISOLATED; src/isolation/, docs/design.md "Isolated execution"): backends run
+in worker processes, so that what a model or script does cannot crash, bloat or read the server.
+
+Each attack here is one that grew Redis's own memory until it died when backends ran inside it (strings a model
+builds, replies a script hoards): isolated, the worker hits its own address-space limit, the run gets an error,
+Redis keeps serving with its data, and the next run of the same model succeeds. A worker killed with SIGKILL or
+SIGSEGV in the middle of 8 clients' runs and DAGs fails only the requests it held, is replaced, and INFO counts
+it. The sandbox is checked from inside the worker binary itself (`redisai-worker --sandbox-test`).
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from helpers.onnx_models import blob, get_tensor, set_tensor
+from helpers.server import MODULE_PATH
+from helpers.tf_graphs import DT_INT32, DT_STRING, a_type, const_str, graph_def, node_def, placeholder
+from helpers.torch_models import entry
+
+ISOLATED = ["EXECUTION_MODE", "ISOLATED"]
+WORKER = Path(MODULE_PATH).resolve().parent / "redisai-worker"
+
+
+def workers(con):
+    """INFO's worker lines: {field: {pid, generation, rss, restarts, last_exit}}."""
+    return {k: v for k, v in con.info("ai").items() if k.startswith("ai_worker_")}
+
+
+def worker(con, field):
+    return workers(con)[field]
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def wait_restart(con, field, restarts, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        w = workers(con).get(field)
+        if w and w["restarts"] >= restarts:
+            return w
+        time.sleep(0.02)
+    raise AssertionError(f"{field} did not count restart {restarts}: {workers(con)}")
+
+
+def assert_serving(con, keys):
+    """PING answers and every key is still there."""
+    assert con.ping()
+    for k in keys:
+        assert con.exists(k) == 1, k
+
+
+# -------------------------------------------------------------------------------------------------
+# the sandbox, from inside the worker
+
+
+def test_the_worker_cannot_open_files_make_sockets_run_programs_or_raise_its_limits():
+    out = subprocess.run([str(WORKER), "--sandbox-test"], capture_output=True, text=True, timeout=60)
+    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines())
+    for attempt in ("open /etc/passwd", "open /proc/self/environ", "openat /tmp, create", "socket AF_INET",
+                    "socket AF_UNIX", "execve /bin/true", "ptrace TRACEME", "raise RLIMIT_AS", "stat /etc/passwd"):
+        assert lines.get(attempt) == "refused", (attempt, out.stdout, out.stderr)
+    for allowed in ("read /dev/urandom", "read /proc/cpuinfo (snapshot)", "thread and memory"):
+        assert lines.get(allowed) == "allowed", (allowed, out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_worker_holds_only_its_channel_and_lanes_and_dies_with_redis(make_server):
+    srv = make_server(module_args=ISOLATED)
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    pid = worker(con, "ai_worker_cpu_onnx")["pid"]
+    assert pid > 0 and pid != srv.proc.pid
+    fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert fds[0].startswith("socket:"), fds  # the channel
+    others = {fd: t for fd, t in fds.items() if fd > 2}
+    # The lanes, and /dev/urandom opened before the sandbox for the backends (src/isolation/broker.rs).
+    assert others and all(t.startswith("/memfd:redisai-lane") or t == "/dev/urandom" for t in others.values()), fds
+    with open(f"/proc/{pid}/status") as f:
+        status = f.read()
+    assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status, status
+    srv.kill()  # SIGKILL: no shutdown code runs, the kernel's death signal still ends the worker
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(") ")[1].startswith("Z"):
+                break
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z")
+
+
+# -------------------------------------------------------------------------------------------------
+# memory: what the backends allocate outside the module's counting
+
+
+def onnx_string_tile():
+    """y = Tile(s, [n]) for a 1 KiB string s: n from the request, n KiB of strings that no tensor bound counts."""
+    from onnx import TensorProto, helper
+
+    from helpers.onnx_models import make_model
+
+    s = helper.make_tensor("s", TensorProto.STRING, [1], [b"x" * 1024])
+    return make_model([helper.make_node("Tile", ["s", "n"], ["y"])],
+                      [helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+                      [helper.make_tensor_value_info("y", TensorProto.STRING, ["k"])], [s])
+
+
+def tf_string_tile():
+    """The same in TensorFlow: Tile of a constant string pair by multiples from the request."""
+    return graph_def([placeholder("m", DT_INT32), const_str("s", "x" * 1024, "y" * 1024),
+                      node_def("y", "Tile", ["s", "m"], attrs=[("T", a_type(DT_STRING)),
+                                                              ("Tmultiples", a_type(DT_INT32))])])
+
+
+MEMORY = ["BACKEND_MEMORY_LIMIT", "256"]
+
+
+@pytest.mark.parametrize("backend", ["ONNX", "TF"])
+def test_string_growth_stops_at_the_worker_s_limit(make_server, backend):
+    srv = make_server(module_args=ISOLATED + MEMORY)
+    con = srv.client()
+    con.set("data", "kept")
+    if backend == "ONNX":
+        con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", onnx_string_tile())
+        run = lambda n: con.execute_command("AI.TENSORSET", "n", "INT64", 1, "VALUES", n)  # noqa: E731
+        args = ["AI.MODELEXECUTE", "m", "INPUTS", 1, "n", "OUTPUTS", 1, "y"]
+    else:
+        con.execute_command("AI.MODELSTORE", "m", "TF", "CPU", "INPUTS", 1, "m", "OUTPUTS", 1, "y", "BLOB",
+                            tf_string_tile())
+        run = lambda n: con.execute_command("AI.TENSORSET", "n", "INT32", 1, "VALUES", n)  # noqa: E731
+        args = ["AI.MODELEXECUTE", "m", "INPUTS", 1, "n", "OUTPUTS", 1, "y"]
+    run(4)
+    assert con.execute_command(*args) == b"OK"
+    before = rss_kb(srv.proc.pid)
+    run(8 * 1024 * 1024)  # 8 GiB (ONNX) / 16 GiB (TF) of strings
+    with pytest.raises(redis.ResponseError):
+        con.execute_command(*args)
+    assert rss_kb(srv.proc.pid) - before < 100_000, "Redis's own memory grew"
+    assert_serving(con, ["data", "m", "n"])
+    run(4)
+    assert con.execute_command(*args) == b"OK", "the next run of the same model"
+    assert con.execute_command("AI.TENSORGET", "y", "META")[3] == [4 if backend == "ONNX" else 8]
+
+
+HOARD = entry("hoard", "hoard: List[Any] = []",
+              "for i in range(int(args[0])):",
+              "    hoard.append(redis.execute('GET', [keys[0]]))",
+              "return tensors[0] * float(len(hoard))")
+
+
+def test_a_script_hoarding_replies_stops_at_the_worker_s_limit(make_server):
+    srv = make_server(module_args=ISOLATED + MEMORY + ["MODEL_EXECUTION_TIMEOUT", "60000"])
+    con = srv.client()
+    con.set("big", b"z" * (64 << 20))
+    set_tensor(con, "x", np.ones(2, dtype=np.float32))
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "hoard", "SOURCE", HOARD)
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "hoard", "KEYS", 1, "big", "INPUTS", 1, "x", "ARGS", 1, 2,
+                               "OUTPUTS", 1, "y") == b"OK"
+    before = rss_kb(srv.proc.pid)
+    with pytest.raises(redis.ResponseError):  # 64 copies of 64 MiB: 4 GiB
+        con.execute_command("AI.SCRIPTEXECUTE", "s", "hoard", "KEYS", 1, "big", "INPUTS", 1, "x", "ARGS", 1, 64,
+                            "OUTPUTS", 1, "y")
+    assert rss_kb(srv.proc.pid) - before < 400_000, "Redis's own memory grew by the hoard"
+    assert_serving(con, ["big", "s", "x"])
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "hoard", "KEYS", 1, "big", "INPUTS", 1, "x", "ARGS", 1, 1,
+                               "OUTPUTS", 1, "y") == b"OK"
+
+
+# -------------------------------------------------------------------------------------------------
+# a worker that dies in the middle of traffic
+
+
+def traffic(port, stop, results, i):
+    """Runs and DAGs until `stop`; every reply is checked: right outputs, or the worker's error."""
+    con = redis.Redis(port=port, socket_timeout=30)
+    a = np.full((2, 2), i + 1, dtype=np.float32)
+    set_tensor(con, f"a{i}", a)
+    n = 0
+    while not stop.is_set():
+        try:
+            if n % 2:
+                reply = con.execute_command("AI.DAGEXECUTE", "LOAD", 1, f"a{i}", "|>", "AI.MODELEXECUTE", "m",
+                                            "INPUTS", 2, f"a{i}", f"a{i}", "OUTPUTS", 1, "t", "|>",
+                                            "AI.TENSORGET", "t", "VALUES")
+                if isinstance(reply[1], redis.ResponseError):
+                    raise reply[1]
+                got = np.array(reply[1], dtype=np.float32).reshape(2, 2)
+            else:
+                con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, f"a{i}", f"a{i}", "OUTPUTS", 1, f"c{i}")
+                got = get_tensor(con, f"c{i}")
+            results.append(("ok", bool(np.array_equal(got, a * a))))
+        except redis.ResponseError as e:
+            results.append(("error", str(e)))
+        n += 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_worker_killed_mid_traffic_fails_only_what_it_held(make_server, sig):
+    srv = make_server(module_args=ISOLATED + ["THREADS_PER_QUEUE", "4"])
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    con.set("data", "kept")
+    stop, results = threading.Event(), []
+    threads = [threading.Thread(target=traffic, args=(srv.port, stop, results, i)) for i in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    pid = worker(con, "ai_worker_cpu_onnx")["pid"]
+    os.kill(pid, sig)
+    pings = 0
+    for _ in range(20):  # Redis answers throughout
+        assert con.ping()
+        pings += 1
+        time.sleep(0.02)
+    w = wait_restart(con, "ai_worker_cpu_onnx", 1)
+    assert signal.Signals(sig).name in w["last_exit"], w
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a client hung"
+    oks = [r for r in results if r[0] == "ok"]
+    errors = [r[1] for r in results if r[0] == "error"]
+    assert all(right for _, right in oks), "a wrong answer"
+    assert all("backend worker" in e for e in errors), errors[:3]
+    assert len(oks) > 100, (len(oks), errors[:3])
+    assert_serving(con, ["data", "m"])
+    after = worker(con, "ai_worker_cpu_onnx")
+    assert after["pid"] not in (0, pid) and after["restarts"] == 1, after
+    set_tensor(con, "a", np.full((2, 2), 3, dtype=np.float32))
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+    assert get_tensor(con, "c").tolist() == [[9, 9], [9, 9]]
+    assert con.execute_command("AI.INFO", "m")[13] >= 1  # calls, RedisAI's reply
+
+
+def test_a_worker_that_stops_answering_is_killed_after_the_kill_switch(make_server):
+    """SIGSTOP stands for a backend stuck where its kill switch cannot reach: after MODEL_EXECUTION_TIMEOUT (and
+    its grace) the worker is killed, the run fails, the next one runs in a new worker with the model rebuilt."""
+    srv = make_server(module_args=ISOLATED + ["MODEL_EXECUTION_TIMEOUT", "1000"])
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(con, "a", np.full((2, 2), 2, dtype=np.float32))
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+    pid = worker(con, "ai_worker_cpu_onnx")["pid"]
+    assert pid > 0
+    os.kill(pid, signal.SIGSTOP)
+    start = time.monotonic()
+    with pytest.raises(redis.ResponseError, match="did not stop at MODEL_EXECUTION_TIMEOUT and was killed"):
+        con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
+    assert time.monotonic() - start < 10
+    assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+    assert get_tensor(con, "c").tolist() == [[4, 4], [4, 4]]
+    w = wait_restart(con, "ai_worker_cpu_onnx", 1)
+    assert "SIGKILL" in w["last_exit"], w
+
+
+def test_scripts_call_back_into_redis_from_the_worker(make_server):
+    """redis.execute and redisAI.model_execute from a script in the TORCH worker, with the caller's database."""
+    srv = make_server(module_args=ISOLATED)
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    src = entry("f", "redis.execute('SET', [keys[0], 'from the worker'])",
+                "return redisAI.model_execute(keys[1], [tensors[0], tensors[0]], 1)[0]")
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "f", "SOURCE", src)
+    set_tensor(con, "x", np.full((2, 2), 5, dtype=np.float32))
+    assert con.execute_command("AI.SCRIPTEXECUTE", "s", "f", "KEYS", 2, "k", "m", "INPUTS", 1, "x",
+                               "OUTPUTS", 1, "y") == b"OK"
+    assert con.get("k") == b"from the worker"
+    assert get_tensor(con, "y").tolist() == [[25, 25], [25, 25]]
+    assert {"ai_worker_cpu_torch", "ai_worker_cpu_onnx"} <= set(workers(con)), workers(con)
