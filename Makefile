@@ -77,9 +77,9 @@ $(VENV_STAMP): tests/requirements.txt
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r tests/requirements.txt
 	touch $@
 
-build: fetch-backends ## Build target/release/libredisai.so and its TORCH backend libredisai_torch.so
+build: fetch-backends ## Build target/release/libredisai.so, its TORCH backend libredisai_torch.so and the backend worker redisai-worker
 	cargo build --release --workspace
-	test -f $(MODULE) && test -f $(dir $(MODULE))libredisai_torch.so
+	test -f $(MODULE) && test -f $(dir $(MODULE))libredisai_torch.so && test -x $(dir $(MODULE))redisai-worker
 	$(if $(GPU_ON),scripts/gpu-build.sh build)
 
 dist: build ## Tarball in RedisAI's layout (redisai.so + backends/redisai_<backend>/) in target/dist
@@ -110,8 +110,10 @@ run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module,
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 --loadmodule $(MODULE) \
 	  $(if $(GPU_ON),$$(scripts/gpu-build.sh load-args),ONNX $(ORT_LIB)) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
-# tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) runs on the first server only.
-test: build venv dist wheel llapi-module ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1
+# tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) runs on the first server only. The
+# suite runs with backends in Redis's process (the default) on all three servers, and once more with backends in
+# worker processes (EXECUTION_MODE ISOLATED) on Redis 7.0.
+test: build venv dist wheel llapi-module ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1 (and isolated on 7.0)
 	cargo test --release
 	torch/tests/run-cpp-tests.sh
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
@@ -121,7 +123,9 @@ test: build venv dist wheel llapi-module ## Unit tests, then the flow tests on R
 	for server in $$redis70 $$REDIS82_SERVER $$VALKEY91_SERVER; do \
 	  REDIS_SERVER=$$server scripts/run-pytest.sh "$$($$server --version)" $(PYTEST_ARGS) tests/flow $$once; \
 	  once=--ignore=tests/flow/test_wheel.py; \
-	done
+	done; \
+	REDIS_SERVER=$$redis70 REDISAI_EXECUTION_MODE=isolated scripts/run-pytest.sh "isolated, $$($$redis70 --version)" \
+	  $(PYTEST_ARGS) tests/flow --ignore=tests/flow/test_wheel.py --ignore=tests/flow/test_dist.py
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
 	cargo build --release --example ort_inprocess

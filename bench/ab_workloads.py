@@ -7,6 +7,8 @@ so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints 
     REDISAI_ONNX_LIB=… REDISAI_TF_LIB=… .venv/bin/python bench/ab_workloads.py \\
         before=/tmp/old/target/release/libredisai.so after=target/release/libredisai.so [--rounds 3]
     # a variant may add load-time arguments after a '+': name=path+ARG,VALUE,ARG,VALUE
+    # isolated against in-process, one build: in_process=<lib> isolated=<lib>+EXECUTION_MODE,ISOLATED
+    # --only <part of a workload's name> (repeatable) measures those alone
 
 The TORCH backend is the libredisai_torch.so beside each module (build the old one from a worktree:
 `git worktree add /tmp/old <rev> && make -C /tmp/old build`).
@@ -83,8 +85,13 @@ def main():
     ap.add_argument("--requests", type=int, default=100000)
     ap.add_argument("--heavy-runs", type=int, default=2000)
     ap.add_argument("--torch-runs", type=int, default=30)
+    ap.add_argument("--only", action="append", default=[],
+                    help="measure only the workloads whose name contains this (repeatable)")
     a = ap.parse_args()
     define(a.requests, a.heavy_runs, a.torch_runs)
+    if a.only:
+        for w in [w for w in WORKLOADS if not any(o in w for o in a.only)]:
+            del WORKLOADS[w]
     variants = []
     for v in a.variants:
         name, spec = v.split("=", 1)

@@ -10,6 +10,7 @@ Wheel contents (installed into site-packages):
     redisai_rs/_build.py                           written here: the module's version, every backend's pin,
                                                    pip extra and library path inside its wheel
     redisai_rs/lib/libredisai.so                   the module (debug information stripped)
+    redisai_rs/lib/redisai-worker                  the backend worker (EXECUTION_MODE ISOLATED), beside the module
     redisai_rs/lib/libredisai_torch.so             the TORCH backend, RUNPATH $ORIGIN/../../torch/lib (the torch
                                                    wheel's libraries in the same site-packages)
     redisai_rs/lib/libredisai_torch_cuda.so        TORCH on CUDA (no code: it needs libredisai_torch.so and the
@@ -289,7 +290,7 @@ def main():
     out_dir = Path(sys.argv[1]).resolve()
     version = cargo_version()
     mb = manifest_backends()
-    for f in ("libredisai.so", "libredisai_torch.so"):
+    for f in ("libredisai.so", "libredisai_torch.so", "redisai-worker"):
         if not (RELEASE / f).is_file():
             die(f"{RELEASE / f} is missing (run make build)")
 
@@ -302,6 +303,9 @@ def main():
         lib = Path(tmp) / "lib"
         lib.mkdir()
         subprocess.run(["strip", "--strip-debug", "-o", str(lib / "libredisai.so"), str(RELEASE / "libredisai.so")],
+                       check=True)
+        # The backend worker (EXECUTION_MODE ISOLATED), found beside the module.
+        subprocess.run(["strip", "--strip-debug", "-o", str(lib / "redisai-worker"), str(RELEASE / "redisai-worker")],
                        check=True)
         torch_so = lib / "libredisai_torch.so"
         subprocess.run(["strip", "--strip-debug", "-o", str(torch_so), str(RELEASE / "libredisai_torch.so")],

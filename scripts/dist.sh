@@ -4,6 +4,7 @@
 #
 #   redisai-rs-<version>-linux-x86_64/
 #     redisai.so                                      the module (libredisai.so)
+#     redisai-worker                                  the backend worker (EXECUTION_MODE ISOLATED)
 #     include/redisai.h                               the low-level API's header
 #     backends/redisai_onnxruntime/redisai_onnxruntime.so   ONNX Runtime
 #     backends/redisai_tensorflow/redisai_tensorflow.so     TensorFlow (+ libtensorflow_framework.so.2)
@@ -24,7 +25,7 @@ name=redisai-rs-$version-linux-x86_64
 backend() { "$repo/scripts/fetch-backend.sh" --dir "$1"; }
 release=$repo/target/release
 
-for f in "$release/libredisai.so" "$release/libredisai_torch.so"; do
+for f in "$release/libredisai.so" "$release/libredisai_torch.so" "$release/redisai-worker"; do
   [[ -f $f ]] || { echo "dist: $f is missing (run make build)" >&2; exit 1; }
 done
 
@@ -34,6 +35,8 @@ mkdir -p "$root/backends"/{redisai_onnxruntime,redisai_tensorflow,redisai_tflite
 
 # The module without its debug information (the build keeps it for backtraces: 20 MB of the 22).
 strip --strip-debug -o "$root/redisai.so" "$release/libredisai.so"
+# The backend worker (EXECUTION_MODE ISOLATED), found beside the module.
+strip --strip-debug -o "$root/redisai-worker" "$release/redisai-worker"
 # The low-level API's header, for modules built against it (docs/commands.md, "Low-level API").
 mkdir -p "$root/include"
 cp "$repo/include/redisai.h" "$root/include/"

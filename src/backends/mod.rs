@@ -16,6 +16,8 @@ pub mod tflite;
 pub mod torch;
 #[cfg(feature = "torch")]
 pub mod torch_abi;
+#[cfg(feature = "torch")]
+pub mod torch_host;
 
 use crate::blob::Blob;
 use std::sync::Arc;

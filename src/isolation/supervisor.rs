@@ -29,6 +29,8 @@ pub struct Process {
     pub generation: u64,
     channel: OwnedFd,
     free: Mutex<Vec<Lane>>,
+    /// Lanes whose request was given up on (the worker still runs it): free again once it has answered.
+    waiting: Mutex<Vec<Lane>>,
     killers: Mutex<Vec<Killer>>,
     /// Why it exited, once it has.
     exit: Mutex<Option<String>>,
@@ -43,6 +45,12 @@ impl Process {
         if let Some(l) = self.free.lock().pop() {
             return Ok(l);
         }
+        {
+            let mut waiting = self.waiting.lock();
+            if let Some(i) = waiting.iter().position(|l| l.state() == super::lane::REPLY) {
+                return Ok(waiting.swap_remove(i));
+            }
+        }
         let mut killers = self.killers.lock();
         if let Some(why) = self.exit.lock().as_ref() {
             return Err(exited(why));
@@ -56,10 +64,13 @@ impl Process {
         Ok(lane)
     }
 
-    /// Gives a lane back after a request that finished (a lane whose request failed half-way is dropped).
+    /// Gives a lane back: free after a request that finished, waiting while the worker still runs one that was
+    /// given up on, dropped when dead (or broken half-way through a callback).
     pub fn give(&self, lane: Lane) {
-        if lane.state() == super::lane::REPLY {
-            self.free.lock().push(lane);
+        match lane.state() {
+            super::lane::REPLY => self.free.lock().push(lane),
+            super::lane::REQUEST => self.waiting.lock().push(lane),
+            _ => {}
         }
     }
 
@@ -84,6 +95,7 @@ impl Process {
             k.kill();
         }
         self.free.lock().clear();
+        self.waiting.lock().clear();
     }
 }
 
@@ -274,6 +286,7 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
         generation,
         channel: ours,
         free: Mutex::new(Vec::new()),
+        waiting: Mutex::new(Vec::new()),
         killers: Mutex::new(Vec::new()),
         exit: Mutex::new(None),
         loaded: Mutex::new(Default::default()),

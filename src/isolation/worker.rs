@@ -20,7 +20,7 @@ use crate::tensor::Tensor;
 
 /// How long a lane's thread polls for the next request before it sleeps: requests that follow each other
 /// within it cost no system call.
-const SPIN: Duration = Duration::from_micros(50);
+const SPIN: Duration = Duration::from_micros(200);
 
 static MODELS: parking_lot::RwLock<Option<HashMap<u64, Arc<dyn LoadedModel>>>> = parking_lot::RwLock::new(None);
 static SCRIPTS: parking_lot::RwLock<Option<HashMap<u64, Arc<dyn LoadedScript>>>> = parking_lot::RwLock::new(None);
@@ -61,7 +61,7 @@ fn start(args: &[String]) -> Result<()> {
     *SCRIPTS.write() = Some(HashMap::new());
     #[cfg(feature = "torch")]
     if kind == crate::backend_kind::BackendKind::Torch {
-        backends::torch::set_host(callbacks::host_api());
+        backends::torch::set_host(crate::backends::torch_host::host_api::<WorkerHost>());
     }
     // The library is opened (reading files) before the filter goes in; its load error is the hello's answer.
     let loaded = backends::open_library(kind).and_then(|version| {
@@ -258,145 +258,36 @@ fn callback<R>(write: impl FnOnce(&mut Writer<Lane>), read: impl FnOnce(&mut Rea
     read(&mut r)
 }
 
+/// The TORCH backend's callbacks (`redis.execute`, `redisAI.model_execute`) in a worker: each goes to Redis on
+/// the request's lane, where the thread waiting for the run makes the call for the request's caller.
 #[cfg(feature = "torch")]
-mod callbacks {
-    //! The TORCH backend's callbacks (`redis.execute`, `redisAI.model_execute`) in a worker: each goes to Redis
-    //! on the request's lane, where the thread waiting for the run makes the call for the request's caller.
+struct WorkerHost;
 
-    use std::ffi::{c_char, CString};
-
-    use super::{callback, wire};
-    use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
-    use crate::tensor::{DataType, Tensor};
-
-    pub fn host_api() -> HostApi {
-        HostApi { redis_call, model_execute, free_bytes, free_tensors, free_string }
+#[cfg(feature = "torch")]
+impl crate::backends::torch_host::Host for WorkerHost {
+    fn execute(words: &[&[u8]]) -> Vec<u8> {
+        callback(
+            |w| {
+                w.u8(wire::CALL_REDIS).strings(words);
+            },
+            |r| {
+                r.status()?;
+                Ok(r.bytes()?.to_vec())
+            },
+        )
+        .unwrap_or_else(|e| format!("-{}\r\n", e.reply_text()).into_bytes())
     }
 
-    /// SAFETY (callers): `v` points to `len` readable bytes for the call.
-    unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
-        if v.len == 0 {
-            &[]
-        } else {
-            // SAFETY: see above.
-            unsafe { std::slice::from_raw_parts(v.ptr, v.len) }
-        }
-    }
-
-    unsafe extern "C" fn redis_call(
-        cmd: StrView,
-        args: *const StrView,
-        nargs: usize,
-        reply: *mut *mut u8,
-        len: *mut usize,
-    ) -> i32 {
-        // SAFETY: the backend lends the command and `nargs` views for the duration of this call.
-        let (cmd, args) =
-            unsafe { (bytes(&cmd), if nargs == 0 { &[][..] } else { std::slice::from_raw_parts(args, nargs) }) };
-        let resp = std::panic::catch_unwind(|| {
-            callback(
-                |w| {
-                    w.u8(wire::CALL_REDIS).u32(args.len() as u32 + 1).bytes(cmd);
-                    for a in args {
-                        // SAFETY: as above.
-                        w.bytes(unsafe { bytes(a) });
-                    }
-                },
-                |r| {
-                    r.status()?;
-                    Ok(r.bytes()?.to_vec())
-                },
-            )
-        })
-        .unwrap_or_else(|_| Err(crate::error::Error::Internal("internal error in redis.execute".into())))
-        .unwrap_or_else(|e| format!("-{}\r\n", e.reply_text()).into_bytes());
-        let boxed = resp.into_boxed_slice();
-        // SAFETY: the out-pointers are writable; the buffer comes back through `free_bytes`.
-        unsafe {
-            *len = boxed.len();
-            *reply = Box::into_raw(boxed) as *mut u8;
-        }
-        0
-    }
-
-    unsafe extern "C" fn model_execute(
-        key: StrView,
-        inputs: *const TensorView,
-        ninputs: usize,
-        noutputs: usize,
-        outputs: *mut *mut TensorOut,
-        nout: *mut usize,
-        err: *mut *mut c_char,
-    ) -> i32 {
-        // SAFETY: the backend lends the key and `ninputs` views for the duration of this call.
-        let (key, views) =
-            unsafe { (bytes(&key), if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) }) };
-        let result = std::panic::catch_unwind(|| {
-            let tensors = views
-                .iter()
-                .map(|v| {
-                    let dtype =
-                        DataType::ALL.get(v.dtype as usize).copied().ok_or(crate::error::Error::InvalidDataType)?;
-                    // SAFETY: the view's shape and data are readable for the call.
-                    let (shape, data) = unsafe {
-                        (
-                            std::slice::from_raw_parts(v.shape, v.ndim as usize),
-                            std::slice::from_raw_parts(v.data, v.len),
-                        )
-                    };
-                    Tensor::from_blob(dtype, shape, data)
-                })
-                .collect::<crate::error::Result<Vec<_>>>()?;
-            let refs: Vec<&Tensor> = tensors.iter().collect();
-            callback(
-                |w| {
-                    w.u8(wire::CALL_MODEL).bytes(key).tensors(&refs).u64(noutputs as u64);
-                },
-                |r| {
-                    r.status()?;
-                    r.tensors()
-                },
-            )
-        })
-        .unwrap_or_else(|_| Err(crate::error::Error::Internal("internal error in redisAI.model_execute".into())));
-        // SAFETY: the out-pointers are writable; what we hand out comes back through free_tensors/free_string.
-        unsafe {
-            match result {
-                Ok(ts) => {
-                    let outs = ts
-                        .into_iter()
-                        .map(|t| {
-                            let dtype = DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0) as u32;
-                            TensorOut::new(dtype, t.shape().to_vec(), t.data().to_vec())
-                        })
-                        .collect();
-                    torch_abi::give_outs(outs, outputs, nout);
-                    0
-                }
-                Err(e) => {
-                    *err = CString::new(e.reply_text().replace('\0', " ")).unwrap_or_default().into_raw();
-                    1
-                }
-            }
-        }
-    }
-
-    unsafe extern "C" fn free_bytes(p: *mut u8, len: usize) {
-        if !p.is_null() {
-            // SAFETY: `p`/`len` came from `redis_call` and are freed once.
-            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
-        }
-    }
-
-    unsafe extern "C" fn free_tensors(p: *mut TensorOut, n: usize) {
-        // SAFETY: `p`/`n` came from `model_execute` (give_outs) and are freed once.
-        unsafe { torch_abi::free_outs(p, n) }
-    }
-
-    unsafe extern "C" fn free_string(p: *mut c_char) {
-        if !p.is_null() {
-            // SAFETY: `p` came from `model_execute` (CString::into_raw) and is freed once.
-            drop(unsafe { CString::from_raw(p) });
-        }
+    fn model_execute(key: &[u8], inputs: Vec<Tensor>, noutputs: usize) -> Result<Vec<Tensor>> {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        callback(
+            |w| {
+                w.u8(wire::CALL_MODEL).bytes(key).tensors(&refs).u64(noutputs as u64);
+            },
+            |r| {
+                r.status()?;
+                r.tensors()
+            },
+        )
     }
 }

@@ -1,7 +1,7 @@
 //! What TorchScript scripts call back into: `redis.execute` (a Redis command under the global lock,
 //! replicated) and `redisAI.model_execute` (a stored model, run on the calling worker).
 
-use std::ffi::{c_char, CString};
+use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -12,25 +12,27 @@ use super::gil::Gil;
 use super::keyspace::Key;
 use super::model_type::MODEL_TYPE;
 use super::strings::OwnedStrings;
-use crate::backends::torch_abi::{self, HostApi, StrView, TensorOut, TensorView};
+use crate::backends::torch_abi::HostApi;
 use crate::caller::{current_caller, Caller};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::redis::ctx::Ctx;
-use crate::tensor::{DataType, Tensor};
+use crate::tensor::Tensor;
 
-pub fn host_api() -> HostApi {
-    HostApi { redis_call, model_execute, free_bytes, free_tensors, free_string }
+/// The backend's callbacks in this process.
+pub struct RedisHost;
+
+impl crate::backends::torch_host::Host for RedisHost {
+    fn execute(words: &[&[u8]]) -> Vec<u8> {
+        execute(words)
+    }
+    fn model_execute(key: &[u8], inputs: Vec<Tensor>, noutputs: usize) -> Result<Vec<Tensor>> {
+        model_execute_tensors(key, inputs, noutputs)
+    }
 }
 
-/// SAFETY (callers): `v` points to `len` readable bytes for the call.
-unsafe fn bytes<'a>(v: &StrView) -> &'a [u8] {
-    if v.len == 0 {
-        &[]
-    } else {
-        // SAFETY: see above.
-        unsafe { std::slice::from_raw_parts(v.ptr, v.len) }
-    }
+pub fn host_api() -> HostApi {
+    crate::backends::torch_host::host_api::<RedisHost>()
 }
 
 /// Runs `f` with a context holding Redis's global lock, on the caller's database. The guard releases the lock
@@ -93,27 +95,6 @@ fn encode(r: *mut raw::RedisModuleCallReply, out: &mut Vec<u8>, depth: usize) {
         }
         _ => out.extend_from_slice(b"$-1\r\n"),
     }
-}
-
-unsafe extern "C" fn redis_call(
-    cmd: StrView,
-    args: *const StrView,
-    nargs: usize,
-    reply: *mut *mut u8,
-    len: *mut usize,
-) -> i32 {
-    // SAFETY: the backend lends `nargs` views and the command for the duration of this call.
-    let (cmd, args) =
-        unsafe { (bytes(&cmd), if nargs == 0 { &[][..] } else { std::slice::from_raw_parts(args, nargs) }) };
-    // SAFETY: as above, each view is readable for the duration of this call.
-    let words: Vec<&[u8]> = std::iter::once(cmd).chain(args.iter().map(|a| unsafe { bytes(a) })).collect();
-    let boxed = execute(&words).into_boxed_slice();
-    // SAFETY: the out-pointers are writable; the buffer goes back through `free_bytes`.
-    unsafe {
-        *len = boxed.len();
-        *reply = Box::into_raw(boxed) as *mut u8;
-    }
-    0
 }
 
 /// `redis.execute(words...)` for the current caller: Redis's reply as RESP2, or an error reply.
@@ -249,28 +230,6 @@ fn strerror(code: i32) -> String {
     }
 }
 
-fn run_model(key: &[u8], inputs: &[TensorView], noutputs: usize) -> Result<Vec<Tensor>> {
-    let tensors = inputs
-        .iter()
-        .map(|v| {
-            let dtype = *DataType::ALL.get(v.dtype as usize).ok_or(Error::InvalidDataType)?;
-            // SAFETY: the backend lends each view's shape and data for the duration of the call.
-            let (shape, data) = unsafe {
-                (
-                    if v.ndim == 0 {
-                        Vec::new()
-                    } else {
-                        std::slice::from_raw_parts(v.shape, v.ndim as usize).to_vec()
-                    },
-                    if v.len == 0 { &[][..] } else { std::slice::from_raw_parts(v.data, v.len) },
-                )
-            };
-            Tensor::from_blob(dtype, shape, data)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    model_execute_tensors(key, tensors, noutputs)
-}
-
 /// `redisAI.model_execute(key, tensors, noutputs)` for the current caller.
 pub fn model_execute_tensors(key: &[u8], tensors: Vec<Tensor>, noutputs: usize) -> Result<Vec<Tensor>> {
     let caller = current_caller();
@@ -282,61 +241,4 @@ pub fn model_execute_tensors(key: &[u8], tensors: Vec<Tensor>, noutputs: usize) 
     let inputs: Vec<Arc<Tensor>> = tensors.into_iter().map(Arc::new).collect();
     let outs = crate::exec::op::run_nested(&model, &inputs, noutputs, &caller)?;
     Ok(outs.into_iter().map(|t| Arc::try_unwrap(t).unwrap_or_else(|t| (*t).clone())).collect())
-}
-
-unsafe extern "C" fn model_execute(
-    key: StrView,
-    inputs: *const TensorView,
-    ninputs: usize,
-    noutputs: usize,
-    outputs: *mut *mut TensorOut,
-    nout: *mut usize,
-    err: *mut *mut c_char,
-) -> i32 {
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the backend lends the key and `ninputs` views for the duration of this call.
-        let (key, views) =
-            unsafe { (bytes(&key), if ninputs == 0 { &[][..] } else { std::slice::from_raw_parts(inputs, ninputs) }) };
-        run_model(key, views, noutputs)
-    }))
-    .unwrap_or_else(|_| Err(Error::Internal("internal error in redisAI.model_execute".into())));
-    // SAFETY: the out-pointers are writable; what we hand out comes back through free_tensors/free_string.
-    unsafe {
-        match result {
-            Ok(ts) => {
-                let outs = ts
-                    .into_iter()
-                    .map(|t| {
-                        let dtype = DataType::ALL.iter().position(|&d| d == t.dtype()).unwrap_or(0) as u32;
-                        TensorOut::new(dtype, t.shape().to_vec(), t.data().to_vec())
-                    })
-                    .collect();
-                torch_abi::give_outs(outs, outputs, nout);
-                0
-            }
-            Err(e) => {
-                *err = CString::new(e.reply_text().replace('\0', " ")).unwrap_or_default().into_raw();
-                1
-            }
-        }
-    }
-}
-
-unsafe extern "C" fn free_bytes(p: *mut u8, len: usize) {
-    if !p.is_null() {
-        // SAFETY: `p`/`len` came from `redis_call` and are freed once.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) });
-    }
-}
-
-unsafe extern "C" fn free_tensors(p: *mut TensorOut, n: usize) {
-    // SAFETY: `p`/`n` came from `model_execute` (give_outs) and are freed once.
-    unsafe { torch_abi::free_outs(p, n) }
-}
-
-unsafe extern "C" fn free_string(p: *mut c_char) {
-    if !p.is_null() {
-        // SAFETY: `p` came from `model_execute` (CString::into_raw) and is freed once.
-        drop(unsafe { CString::from_raw(p) });
-    }
 }

@@ -21,7 +21,8 @@ def execute(con, key="m", inputs=("a", "a"), out="c"):
 
 # A threshold of 1 ms in the tests that need runs to qualify: a loaded CI machine can take the tiny model past
 # the default 100 µs now and then, and what is tested is which runs go inline, not the default.
-# Inline runs are an in-process path: with backends in workers every run is queued (docs/design.md).
+# These tests time the in-process inline path exactly (when a run is stopped, what counts once); isolated, an
+# inline run is a round trip to the worker polled by the main thread, covered by test_isolation.py.
 pytestmark = pytest.mark.in_process
 
 SHORT = ("INLINE_THRESHOLD", "1000")
@@ -218,7 +219,8 @@ def test_a_dag_whose_second_op_grows_runs_again_on_a_worker_and_counts_once(make
     # The loop's 300,000 iterations pass the inline limit: the DAG is stopped there and run again on the
     # workers, from the start, and each model's statistics count this request once.
     c.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 300000)
-    assert dag(c, *args)[2] == [b"300003"]
+    got = dag(c, *args)
+    assert got[2] == [b"300003"], got
     assert runs(s) == (inline0, queued0 + 1)
     assert calls(c, "first") == 31 and calls(c, "loop") == 31
 

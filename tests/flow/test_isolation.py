@@ -42,6 +42,11 @@ def rss_kb(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
+def proc_state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(") ", 1)[1][0]
+
+
 def wait_restart(con, field, restarts, timeout=10):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -253,9 +258,14 @@ def test_a_worker_that_stops_answering_is_killed_after_the_kill_switch(make_serv
     pid = worker(con, "ai_worker_cpu_onnx")["pid"]
     assert pid > 0
     os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while proc_state(pid) != "T" and time.monotonic() < deadline:  # stopped (all its threads)
+        time.sleep(0.01)
+    assert proc_state(pid) == "T", proc_state(pid)
     start = time.monotonic()
     with pytest.raises(redis.ResponseError, match="did not stop at MODEL_EXECUTION_TIMEOUT and was killed"):
-        con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
+        reply = con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c")
+        print("answered while the worker was stopped:", reply, proc_state(pid), workers(con))
     assert time.monotonic() - start < 10
     assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
     assert get_tensor(con, "c").tolist() == [[4, 4], [4, 4]]
@@ -277,3 +287,26 @@ def test_scripts_call_back_into_redis_from_the_worker(make_server):
     assert con.get("k") == b"from the worker"
     assert get_tensor(con, "y").tolist() == [[25, 25], [25, 25]]
     assert {"ai_worker_cpu_torch", "ai_worker_cpu_onnx"} <= set(workers(con)), workers(con)
+
+
+def test_short_runs_go_inline_through_the_worker(make_server):
+    """Isolated, a short ONNX run is a round trip from Redis's main thread to the worker (no queue); a run that
+    outgrows the inline limit is given up there and run again from a queue thread, with the right result."""
+    from helpers.onnx_models import loop_model
+
+    srv = make_server(module_args=ISOLATED + ["INLINE_THRESHOLD", "1000"])
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", loop_model())
+    con.execute_command("AI.TENSORSET", "x", "FLOAT", 1, "VALUES", 2)
+    con.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 1)
+    args = ("AI.MODELEXECUTE", "m", "INPUTS", 2, "n", "x", "OUTPUTS", 1, "y")
+    for _ in range(30):
+        assert con.execute_command(*args) == b"OK"
+        assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [b"3"]
+    info = con.info("ai")
+    assert info["ai_inline_runs"] > 0, info
+    queued = info["ai_queued_runs"]
+    con.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 300000)
+    assert con.execute_command(*args) == b"OK"
+    assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [b"300002"]
+    assert con.info("ai")["ai_queued_runs"] == queued + 1
