@@ -116,13 +116,14 @@ impl Drop for Remote {
 }
 
 /// What to do with a worker still running a request at its hard deadline.
-#[derive(Clone, Copy, PartialEq)]
-enum Overrun {
+#[derive(Clone, Copy)]
+enum Overrun<'a> {
     /// It overran its kill switch: stuck in the backend.
     Kill,
     /// A question that may wait (INFO), or a run that may go to a worker thread instead (inline): give up on the
-    /// answer, leave the worker be (the lane comes back once it has answered: `Process::give`).
-    GiveUp,
+    /// answer, leave the worker be (the lane comes back once it has answered: `Process::give`), and say so in
+    /// the flag (the error alone cannot tell a late answer from a failed one).
+    GiveUp(&'a std::cell::Cell<bool>),
 }
 
 /// Writes a request (after the ids the worker may free), waits for its reply (polling for `spin` first),
@@ -131,7 +132,7 @@ enum Overrun {
 fn exchange<R>(
     process: &Process,
     lane: &mut Lane,
-    (hard, overrun, spin): (Instant, Overrun, Duration),
+    (hard, overrun, spin): (Instant, Overrun<'_>, Duration),
     write: impl FnOnce(&mut Writer<Lane>),
     read: impl FnOnce(&mut Reader) -> Result<R>,
 ) -> Result<R> {
@@ -160,8 +161,11 @@ fn exchange<R>(
             }
             Some(lane::DEAD) => return Err(process.exit_error()),
             Some(_) => return Err(Error::Internal("a backend worker broke the lane's protocol".into())),
-            None if overrun == Overrun::GiveUp => return Err(late()),
             None => {
+                if let Overrun::GiveUp(late) = overrun {
+                    late.set(true);
+                    return Err(Error::Unavailable("the backend worker did not answer in time".into()));
+                }
                 // Past the kill switch and its grace: the worker is stuck in the backend. Killing it fails
                 // every request it holds (this one too, once its exit is seen).
                 process.kill();
@@ -193,7 +197,7 @@ pub fn worker_info(process: &Process) -> Result<Vec<(String, String, u64)>> {
     let fields = exchange(
         process,
         &mut lane,
-        (Instant::now() + INFO_LIMIT, Overrun::GiveUp, SPIN),
+        (Instant::now() + INFO_LIMIT, Overrun::GiveUp(&std::cell::Cell::new(false)), SPIN),
         |w| {
             w.u8(wire::INFO);
         },
@@ -211,10 +215,6 @@ pub fn worker_info(process: &Process) -> Result<Vec<(String, String, u64)>> {
     );
     process.give(lane);
     fields
-}
-
-fn late() -> Error {
-    Error::Unavailable("the backend worker did not answer in time".into())
 }
 
 /// Builds a model in its worker (so that MODELSTORE reports the backend's error, as RedisAI does).
@@ -304,16 +304,16 @@ impl LoadedModel for RemoteModel {
         }
         let mut lane = process.lane().ok()?;
         let left = req.deadline.saturating_duration_since(Instant::now());
+        let late = std::cell::Cell::new(false);
         let result = exchange(
             &process,
             &mut lane,
-            (req.deadline, Overrun::GiveUp, SPIN),
+            (req.deadline, Overrun::GiveUp(&late), SPIN),
             |w| write_run(w, self.remote.id, req, left),
             read_outputs,
         );
-        let in_flight = lane.state() == lane::REQUEST;
         process.give(lane);
-        if in_flight {
+        if late.get() {
             return None;
         }
         Some(result.map(|(copy_us, outputs)| report(copy_us, outputs)))

@@ -210,7 +210,7 @@ impl Slot {
                 }
             }
         };
-        let why = wait_exit(process.pid, &pidfd);
+        let why = wait_exit(process.pid, pidfd.as_ref());
         crate::log::warning(&format!(
             "backend worker {} for {} (pid {}) {why}; requests it held get an error, the next one starts a new worker",
             self.kind.name(),
@@ -230,7 +230,7 @@ impl Slot {
 }
 
 /// Spawns a worker (posix_spawn through `Command`: never a fork of Redis) and reads its hello.
-fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Process>, OwnedFd)> {
+fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Process>, Option<OwnedFd>)> {
     let (path, args) = super::worker_command(kind)?;
     let (ours, theirs) = channel::pair()?;
     let fail = |why: String| Error::Unavailable(format!("Could not load backend {}: {why}", kind.name()));
@@ -248,17 +248,10 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
     let pid = child.id() as i32;
     drop(child);
     // SAFETY: pidfd_open on the pid just spawned (not yet reaped: only this thread reaps it).
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        // SAFETY: kill and reap the child that cannot be watched.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
-        return Err(fail(format!("pidfd_open: {}", std::io::Error::last_os_error())));
-    }
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // Without pidfds (kernels before 5.3, valgrind) the slot's thread waits with waitpid instead.
     // SAFETY: a fresh descriptor, owned from here on.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) });
     let hello = channel::receive(&ours, HELLO_TIMEOUT);
     let version = match hello {
         Ok(Some(bytes)) => {
@@ -276,7 +269,7 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
         Err(e) => {
             // SAFETY: stop and reap the worker that failed to start.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            let _ = wait_exit(pid, &pidfd);
+            let _ = wait_exit(pid, pidfd.as_ref());
             return Err(e);
         }
     };
@@ -321,8 +314,24 @@ fn backend_variable(name: &std::ffi::OsStr) -> bool {
 }
 
 /// Waits for the worker to exit and says how. Redis may have reaped it (it waits for any child while a
-/// BGSAVE runs), so the exit is seen on the pidfd and the status read when it is still there.
-fn wait_exit(pid: i32, pidfd: &OwnedFd) -> String {
+/// BGSAVE runs), so the exit is seen on the pidfd and the status read when it is still there; without a pidfd,
+/// waitpid (which then cannot say how a worker Redis reaped ended).
+fn wait_exit(pid: i32, pidfd: Option<&OwnedFd>) -> String {
+    let Some(pidfd) = pidfd else {
+        let mut status = 0;
+        let reaped = loop {
+            // SAFETY: waitpid on our own child, into a local.
+            let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break r;
+            }
+        };
+        return match reaped {
+            r if r == pid && libc::WIFEXITED(status) => how(libc::CLD_EXITED, libc::WEXITSTATUS(status)),
+            r if r == pid && libc::WIFSIGNALED(status) => how(libc::CLD_KILLED, libc::WTERMSIG(status)),
+            _ => "exited".into(),
+        };
+    };
     let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: poll on one valid pollfd.
     while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
@@ -330,15 +339,18 @@ fn wait_exit(pid: i32, pidfd: &OwnedFd) -> String {
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
         if libc::waitid(3, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED) != 0 {
-            let _ = pid;
             return "exited".into();
         }
-        let status = info.si_status();
-        match info.si_code {
-            libc::CLD_EXITED => format!("exited with status {status}"),
-            libc::CLD_KILLED | libc::CLD_DUMPED => format!("was killed by signal {status} ({})", signal_name(status)),
-            _ => "exited".into(),
-        }
+        how(info.si_code, info.si_status())
+    }
+}
+
+/// An exit in words, from waitid's code and status.
+fn how(code: i32, status: i32) -> String {
+    match code {
+        libc::CLD_EXITED => format!("exited with status {status}"),
+        libc::CLD_KILLED | libc::CLD_DUMPED => format!("was killed by signal {status} ({})", signal_name(status)),
+        _ => "exited".into(),
     }
 }
 

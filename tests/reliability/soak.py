@@ -122,7 +122,7 @@ class Client:
         return reply
 
     def unexpected(self, what, argv, reply):
-        self.stats.problem(f"client {self.cid}: {what}: {' '.join(map(str, argv))[:200]} -> {reply!r:.300}")
+        self.stats.problem(f"client {self.cid}: {what}: {' '.join(map(str, argv))[:200]} -> {reply!r:.300} {str(reply)[:300]}")
 
     # ---- actions
 
