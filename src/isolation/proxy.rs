@@ -181,6 +181,10 @@ fn exchange<R>(
     }
     let (map, len) = lane.message()?;
     let mut r = Reader::new(&map.data()[..len]);
+    if let (Some(wire::STOPPED), Overrun::GiveUp(late)) = (r.peek(), overrun) {
+        late.set(true);
+        return Err(Error::Unavailable("the run was stopped at its deadline in the backend worker".into()));
+    }
     match (r.status(), stopped) {
         (Err(_), Some(e)) => Err(e),
         (Err(e), None) => Err(e),
@@ -256,9 +260,10 @@ struct RemoteModel {
     outputs: Vec<String>,
 }
 
-/// A model run's request: its tensors, then its time (`left`: what was left of it when the request was made).
-fn write_run(w: &mut Writer<Lane>, id: u64, req: &RunRequest, left: Duration) {
-    w.u8(wire::RUN_MODEL).u64(id).caller(req.caller).tensors(req.inputs).deadline(req.limit(), left);
+/// A model run's request: its tensors, then its time (`left`: what was left of it when the request was made);
+/// `within`: stopped at the deadline, it answers STOPPED (it may run again on a queue) instead of an error.
+fn write_run(w: &mut Writer<Lane>, id: u64, req: &RunRequest, left: Duration, within: bool) {
+    w.u8(wire::RUN_MODEL).u64(id).u8(within as u8).caller(req.caller).tensors(req.inputs).deadline(req.limit(), left);
 }
 
 fn report(copy_us: u64, outputs: Vec<Tensor>) -> RunReport {
@@ -284,8 +289,12 @@ impl LoadedModel for RemoteModel {
         // The model's callbacks are served on this thread, for the request's caller.
         let _caller = crate::caller::Scope::new(req.caller);
         let left = req.deadline.saturating_duration_since(Instant::now());
-        let (copy_us, outputs) =
-            self.remote.call(req.limit(), req.deadline, |w| write_run(w, self.remote.id, req, left), read_outputs)?;
+        let (copy_us, outputs) = self.remote.call(
+            req.limit(),
+            req.deadline,
+            |w| write_run(w, self.remote.id, req, left, false),
+            read_outputs,
+        )?;
         Ok(report(copy_us, outputs))
     }
 
@@ -309,7 +318,7 @@ impl LoadedModel for RemoteModel {
             &process,
             &mut lane,
             (req.deadline, Overrun::GiveUp(&late), SPIN),
-            |w| write_run(w, self.remote.id, req, left),
+            |w| write_run(w, self.remote.id, req, left, true),
             read_outputs,
         );
         process.give(lane);

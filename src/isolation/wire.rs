@@ -16,6 +16,9 @@ pub const RUN_MODEL: u8 = 3;
 pub const RUN_SCRIPT: u8 = 4;
 pub const INFO: u8 = 5;
 
+/// A reply's status: a run stopped at its deadline that may run again elsewhere (an inline run: `within`).
+pub const STOPPED: u8 = 2;
+
 /// What a worker asks of Redis while it runs a script or a TorchScript model (the first byte of a callback).
 pub const CALL_REDIS: u8 = 1;
 pub const CALL_MODEL: u8 = 2;
@@ -222,6 +225,10 @@ impl<'a> Reader<'a> {
             9 => Error::Internal(text),
             _ => return Err(short()),
         })
+    }
+    /// The next byte, not consumed.
+    pub fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
     }
     /// A reply's status: `Ok(())` to read on, or the error it carries.
     pub fn status(&mut self) -> Result<()> {

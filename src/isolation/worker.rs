@@ -100,9 +100,12 @@ fn serve(mut lane: Lane) {
         let mut sent = lane.start();
         if sent.is_ok() {
             match reply {
-                Ok(write) => {
+                Ok(Reply::Write(write)) => {
                     Writer(&mut lane).u8(0);
                     write(&mut lane);
+                }
+                Ok(Reply::Stopped) => {
+                    Writer(&mut lane).u8(wire::STOPPED);
                 }
                 Err(e) => {
                     Writer(&mut lane).u8(1).error(&e);
@@ -121,9 +124,13 @@ fn serve(mut lane: Lane) {
     }
 }
 
-type WriteReply = Box<dyn FnOnce(&mut Lane)>;
+/// A request's answer: what to write after the OK status, or that the run stopped at its deadline.
+enum Reply {
+    Write(Box<dyn FnOnce(&mut Lane)>),
+    Stopped,
+}
 
-fn handle(lane: &mut Lane) -> Result<WriteReply> {
+fn handle(lane: &mut Lane) -> Result<Reply> {
     let (map, len) = lane.message()?;
     let mut r = Reader::new(&map.data()[..len]);
     for _ in 0..r.count()? {
@@ -144,9 +151,9 @@ fn handle(lane: &mut Lane) -> Result<WriteReply> {
             let model: Arc<dyn LoadedModel> = Arc::from(backends::load_model(kind, blob, &opts)?);
             let (ins, outs) = (model.inputs().to_vec(), model.outputs().to_vec());
             MODELS.write().as_mut().map(|m| m.insert(id, model));
-            Ok(Box::new(move |lane| {
+            Ok(Reply::Write(Box::new(move |lane| {
                 Writer(lane).strings(&ins).strings(&outs);
-            }))
+            })))
         }
         wire::LOAD_SCRIPT => {
             let id = r.u64()?;
@@ -157,10 +164,11 @@ fn handle(lane: &mut Lane) -> Result<WriteReply> {
             let spec = ScriptSpec { device_name: device.name.clone(), tag: Vec::new(), source, entry_points };
             let script: Arc<dyn LoadedScript> = Arc::from(backends::load_script(&spec, &device)?);
             SCRIPTS.write().as_mut().map(|m| m.insert(id, script));
-            Ok(Box::new(|_| {}))
+            Ok(Reply::Write(Box::new(|_| {})))
         }
         wire::RUN_MODEL => {
             let id = r.u64()?;
+            let within = r.u8()? != 0;
             let caller = r.caller()?;
             let inputs = r.tensors()?;
             let (start, deadline) = r.deadline(std::time::Instant::now())?;
@@ -168,11 +176,18 @@ fn handle(lane: &mut Lane) -> Result<WriteReply> {
             let model = MODELS.read().as_ref().and_then(|m| m.get(&id).cloned()).ok_or_else(not_loaded)?;
             let refs: Vec<&Tensor> = inputs.iter().collect();
             let req = RunRequest { inputs: &refs, caller: &caller, start, deadline };
-            let report = with_lane(lane, || model.execute(&req))?;
-            Ok(Box::new(move |lane| {
+            let report = if within {
+                match with_lane(lane, || model.execute_within(&req)) {
+                    Some(report) => report?,
+                    None => return Ok(Reply::Stopped),
+                }
+            } else {
+                with_lane(lane, || model.execute(&req))?
+            };
+            Ok(Reply::Write(Box::new(move |lane| {
                 let outs: Vec<&Tensor> = report.outputs.iter().collect();
                 Writer(lane).u64(report.copy_us).tensors(&outs);
-            }))
+            })))
         }
         wire::RUN_SCRIPT => {
             let id = r.u64()?;
@@ -195,19 +210,19 @@ fn handle(lane: &mut Lane) -> Result<WriteReply> {
                 deadline,
             };
             let report = with_lane(lane, || script.execute(&req))?;
-            Ok(Box::new(move |lane| {
+            Ok(Reply::Write(Box::new(move |lane| {
                 let outs: Vec<&Tensor> = report.outputs.iter().collect();
                 Writer(lane).u64(report.copy_us).tensors(&outs);
-            }))
+            })))
         }
         wire::INFO => {
             drop(map);
             let fields: Vec<_> = backends::BACKENDS.iter().flat_map(|b| (b.info)()).collect();
-            Ok(Box::new(move |lane| {
+            Ok(Reply::Write(Box::new(move |lane| {
                 Writer(lane).list(&fields, |w, (section, field, value)| {
                     w.bytes(section.as_bytes()).bytes(field.as_bytes()).u64(*value);
                 });
-            }))
+            })))
         }
         _ => Err(Error::Internal("backend worker: unknown request".into())),
     }

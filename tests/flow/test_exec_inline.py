@@ -18,12 +18,8 @@ def runs(server):
 def execute(con, key="m", inputs=("a", "a"), out="c"):
     return con.execute_command("AI.MODELEXECUTE", key, "INPUTS", len(inputs), *inputs, "OUTPUTS", 1, out)
 
-
 # A threshold of 1 ms in the tests that need runs to qualify: a loaded CI machine can take the tiny model past
 # the default 100 µs now and then, and what is tested is which runs go inline, not the default.
-# These tests time the in-process inline path exactly (when a run is stopped, what counts once); isolated, an
-# inline run is a round trip to the worker polled by the main thread, covered by test_isolation.py.
-pytestmark = pytest.mark.in_process
 
 SHORT = ("INLINE_THRESHOLD", "1000")
 
