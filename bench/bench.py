@@ -17,7 +17,8 @@
    Tanh), as heavy.onnx, a TF graph and a TorchScript function) at 1 and 64 rows: p50/p99 of the command and of
    PING interleaved with it, beside the same backend's run in a process without Redis, with the same load options
    and threads (examples/backend_inprocess.rs). A backend that runs slower inside the module than alone, or a
-   default that costs latency, shows here.
+   default that costs latency, shows here. `latency-intra1`: the same with INTRA_OP_PARALLELISM 1 in both (the
+   batch-1 overhead, p50 minus the in-process run minus PING).
 """
 import argparse
 import csv
@@ -333,9 +334,10 @@ def inprocess(backend, path, rows, runs, *extra):
     return float(out[out.index("p50_us") + 1]), float(out[out.index("p99_us") + 1])
 
 
-def bench_latency(runs):
-    """Single client, default settings (nothing but the backend libraries given at load): per backend and rows,
-    the command's and PING's p50/p99 and the in-process run's."""
+def bench_latency(runs, intra=None):
+    """Single client, default settings (nothing but the backend libraries given at load; `intra`: with
+    INTRA_OP_PARALLELISM, in both): per backend and rows, the command's and PING's p50/p99 and the in-process
+    run's."""
     import struct
     import random
 
@@ -352,7 +354,9 @@ def bench_latency(runs):
             f.write(MLP_SCRIPT)
         cases.append(("TORCH", "MLP script", script_path, ("function=mlp", f"lib={TORCH_LIB}")))
     rows_list = (1, 64)
-    s = Server(extra=(["TF", TF_LIB] if TF_LIB else []))
+    if intra:
+        cases = [(b, n, p, (*e, f"intra={intra}")) for b, n, p, e in cases]
+    s = Server(extra=(["TF", TF_LIB] if TF_LIB else []) + (["INTRA_OP_PARALLELISM", str(intra)] if intra else []))
     results = []
     try:
         for rows in rows_list:
@@ -385,14 +389,17 @@ def bench_latency(runs):
     finally:
         s.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print("== single client, default settings: p50 / p99 us (module: the command's round trip; in-process: the "
-          "backend's run through the module's seam, without Redis)")
-    print("%-7s %-11s %5s %17s %17s %17s %12s" % ("backend", "model", "rows", "module", "in-process", "PING",
-                                                   "p50 overhead"))
+    print("== single client, %s: p50 / p99 us (module: the command's round trip; in-process: the "
+          "backend's run through the module's seam, without Redis)" %
+          (f"INTRA_OP_PARALLELISM {intra}" if intra else "default settings"))
+    print("%-7s %-11s %5s %17s %17s %17s %12s %12s" % ("backend", "model", "rows", "module", "in-process", "PING",
+                                                        "p50 overhead", "minus PING"))
     for backend, name, rows, ping, module, alone in results:
         a = "%8.1f /%7.1f" % alone if alone else "%17s" % "(not built)"
         over = "%9.1f" % (module[0] - alone[0]) if alone else "%9s" % "-"
-        print("%-7s %-11s %5d %8.1f /%7.1f %s %8.1f /%7.1f %12s" % (backend, name, rows, *module, a, *ping, over))
+        net = "%9.1f" % (module[0] - alone[0] - ping[0]) if alone else "%9s" % "-"
+        print("%-7s %-11s %5d %8.1f /%7.1f %s %8.1f /%7.1f %12s %12s" % (backend, name, rows, *module, a, *ping, over,
+                                                                         net))
     if not os.path.exists(BACKEND_INPROCESS):
         print("  (no in-process figures: build examples/backend_inprocess.rs, as `make bench` does)")
 
@@ -550,7 +557,7 @@ def bench_tensor_memory(keys):
         for name, b in per_key.items():
             print(f"tensor memory: {name}: {b:.1f} bytes per key over {keys} keys")
         t, s_ = per_key["AI.TENSORSET FLOAT [4]"], per_key["SET 16-byte string"]
-        print(f"tensor memory: tensor key / string key = {t / s_:.2f} (target: tensor key <= 200 bytes)")
+        print(f"tensor memory: tensor key / string key = {t / s_:.2f} (target: tensor key <= 150 bytes)")
     finally:
         srv.stop()
 
@@ -643,13 +650,14 @@ def main():
     ap.add_argument("--tf-requests", type=int, default=50000)
     ap.add_argument("--heavy1-runs", type=int, default=3000)
     ap.add_argument("--latency-runs", type=int, default=1000)
-    ap.add_argument("--only", help="run one benchmark: latency, execute, idle, dag, devices, batching, memory, blob, tf, "
+    ap.add_argument("--only", help="run one benchmark: latency, latency-intra1, execute, idle, dag, devices, batching, memory, blob, tf, "
                                    "heavy1")
     a = ap.parse_args()
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
     benches = {
         "latency": lambda: bench_latency(a.latency_runs),
+        "latency-intra1": lambda: bench_latency(a.latency_runs, intra=1),
         "execute": lambda: bench_execute(a.requests),
         "idle": lambda: bench_idle(a.idle_seconds),
         "dag": lambda: bench_dag_vs_commands(a.dag_runs),

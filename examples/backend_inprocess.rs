@@ -6,7 +6,7 @@
 //! Usage: `backend_inprocess <ONNX|TF|TFLITE|TORCH> <file> <rows> <cols> <runs> [key=value ...]`, keys: `lib=<path>`
 //! (the backend library: ONNX/TF/TFLITE default to the build's cache; TORCH needs it, target/release/
 //! libredisai_torch.so), `inputs=a,b` / `outputs=y` (TF), `function=f` (a TorchScript script: <file> is its
-//! source, `f` an entry point). Every input is FLOAT [rows, cols], but a script's second, the weights [cols, cols].
+//! source, `f` an entry point), `intra=N` (INTRA_OP_PARALLELISM). Every input is FLOAT [rows, cols], but a script's second, the weights [cols, cols].
 //! Prints `p50_us <x> p99_us <y>`. Built with the system allocator (there is no Redis to allocate from):
 //! `cargo build --release --features system-alloc --target-dir target/leakcheck --example backend_inprocess`
 //! (`make bench` does).
@@ -42,6 +42,9 @@ fn main() -> Res<()> {
     let kind = BackendKind::parse(backend.as_bytes())?;
     if let Some(lib) = opt("lib") {
         CONFIG.write().backend_libs.push((kind.name().to_string(), lib));
+    }
+    if let Some(n) = opt("intra") {
+        CONFIG.write().intra_op_parallelism = n.parse()?;
     }
     let device = Device::parse(b"CPU")?;
     // MODEL_EXECUTION_TIMEOUT's default, as the module gives each run.

@@ -126,17 +126,32 @@ pub enum Value<'a> {
     Str(&'a [u8]),
 }
 
-/// A tensor in one allocation besides itself, so that a small tensor key costs little (RedisAI's C struct
-/// took ~218 bytes per 4-float key; three `Vec`s took 243). `words` holds, in 64-bit words: the shape; for
-/// STRING the data's length in bytes and each element's offset; then the data, padded with zeros to a whole
-/// word (so the data is 8-byte aligned for the backends).
+/// A tensor in no allocation besides itself when it is small: a 4-float key is the `Arc`'s one block of 48 bytes
+/// (a key of it costs 138 bytes of used_memory in all: RedisAI's C struct took ~218, three `Vec`s 243, a tensor with
+/// its words boxed apart 186). The words hold,
+/// in 64-bit words: the shape; for STRING the data's length in bytes and each element's offset; then the data,
+/// padded with zeros to a whole word (so the data is 8-byte aligned for the backends).
 #[derive(Clone)]
-pub struct Tensor {
+pub struct Tensor(Repr);
+
+/// Type and rank, in every variant so that they share the enum tag's word (32 bytes in all; a unit test checks).
+#[derive(Clone, Copy)]
+struct Meta {
     dtype: DataType,
     ndims: u8,
-    words: Box<[u64]>,
-    /// The data, when it is bytes kept elsewhere (a big BLOB argument adopted from Redis) instead of `words`.
-    external: Option<std::sync::Arc<dyn ExternalBytes>>,
+    /// Words in use, inline.
+    used: u8,
+}
+
+/// Words kept in the tensor itself.
+const INLINE: usize = 3;
+
+#[derive(Clone)]
+enum Repr {
+    Inline(Meta, [u64; INLINE]),
+    Heap(Meta, Box<[u64]>),
+    /// The data is bytes kept elsewhere (a big BLOB argument adopted from Redis); the words hold the rest.
+    External(Meta, Box<[u64]>, Box<std::sync::Arc<dyn ExternalBytes>>),
 }
 
 /// Bytes owned elsewhere that a tensor uses as its data without copying them: the argument string of an
@@ -150,7 +165,7 @@ pub const ADOPT_FROM: usize = 64 * 1024;
 
 impl PartialEq for Tensor {
     fn eq(&self, other: &Tensor) -> bool {
-        self.dtype == other.dtype
+        self.dtype() == other.dtype()
             && self.shape() == other.shape()
             && self.offsets() == other.offsets()
             && self.data() == other.data()
@@ -160,7 +175,7 @@ impl PartialEq for Tensor {
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tensor")
-            .field("dtype", &self.dtype)
+            .field("dtype", &self.dtype())
             .field("shape", &self.shape())
             .field("data", &self.data())
             .field("offsets", &self.offsets())
@@ -196,12 +211,47 @@ impl Tensor {
             [one] => pack(&mut words, one),
             _ => pack(&mut words, &parts.concat()),
         }
-        Tensor { dtype, ndims: shape.len() as u8, words: words.into_boxed_slice(), external: None }
+        Tensor::from_words(dtype, shape.len(), words)
+    }
+
+    fn from_words(dtype: DataType, ndims: usize, words: Vec<u64>) -> Tensor {
+        let mut meta = Meta { dtype, ndims: ndims as u8, used: words.len() as u8 };
+        if words.len() <= INLINE {
+            let mut w = [0u64; INLINE];
+            w[..words.len()].copy_from_slice(&words);
+            return Tensor(Repr::Inline(meta, w));
+        }
+        meta.used = 0;
+        Tensor(Repr::Heap(meta, words.into_boxed_slice()))
+    }
+
+    fn meta(&self) -> Meta {
+        match &self.0 {
+            Repr::Inline(m, _) | Repr::Heap(m, _) | Repr::External(m, _, _) => *m,
+        }
+    }
+
+    fn words(&self) -> &[u64] {
+        match &self.0 {
+            Repr::Inline(m, w) => &w[..m.used as usize],
+            Repr::Heap(_, w) | Repr::External(_, w, _) => w,
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        match &mut self.0 {
+            Repr::Inline(m, w) => &mut w[..m.used as usize],
+            Repr::Heap(_, w) | Repr::External(_, w, _) => w,
+        }
+    }
+
+    fn ndims(&self) -> usize {
+        self.meta().ndims as usize
     }
 
     /// Words before the data.
     fn header(&self) -> usize {
-        self.ndims as usize + if self.dtype == DataType::String { 1 + self.len() } else { 0 }
+        self.ndims() + if self.dtype() == DataType::String { 1 + self.len() } else { 0 }
     }
 
     /// A tensor of zeros (STRING: empty strings).
@@ -215,7 +265,7 @@ impl Tensor {
         for (w, &d) in words.iter_mut().zip(&shape) {
             *w = d as u64;
         }
-        Ok(Tensor { dtype, ndims: shape.len() as u8, words: words.into_boxed_slice(), external: None })
+        Ok(Tensor::from_words(dtype, shape.len(), words))
     }
 
     /// The STRING offsets of a BLOB, after RedisAI's checks of its length (and BOOL values).
@@ -239,13 +289,13 @@ impl Tensor {
     /// Like `from_blob`, keeping `blob`'s bytes where they are instead of copying them.
     pub fn from_external(dtype: DataType, shape: Vec<i64>, blob: std::sync::Arc<dyn ExternalBytes>) -> Result<Tensor> {
         let offsets = Tensor::check_blob(dtype, &shape, blob.bytes())?;
-        let mut t = Tensor::assemble(dtype, &shape, &offsets, &[]);
+        let mut words = Tensor::assemble(dtype, &shape, &offsets, &[]).words().to_vec();
         if dtype == DataType::String {
             // The header records the data's length (assemble saw none).
-            t.words[shape.len()] = blob.bytes().len() as u64;
+            words[shape.len()] = blob.bytes().len() as u64;
         }
-        t.external = Some(blob);
-        Ok(t)
+        let meta = Meta { dtype, ndims: shape.len() as u8, used: 0 };
+        Ok(Tensor(Repr::External(meta, words.into_boxed_slice(), Box::new(blob))))
     }
 
     /// From the arguments after VALUES.
@@ -289,26 +339,26 @@ impl Tensor {
     }
 
     pub fn dtype(&self) -> DataType {
-        self.dtype
+        self.meta().dtype
     }
     pub fn shape(&self) -> &[i64] {
-        bytemuck::cast_slice(&self.words[..self.ndims as usize])
+        bytemuck::cast_slice(&self.words()[..self.ndims()])
     }
     /// The BLOB form: raw elements, or NUL-terminated strings back to back.
     pub fn data(&self) -> &[u8] {
-        if let Some(e) = &self.external {
+        if let Repr::External(_, _, e) = &self.0 {
             return e.bytes();
         }
-        let len = if self.dtype == DataType::String {
-            self.words[self.ndims as usize] as usize
+        let len = if self.dtype() == DataType::String {
+            self.words()[self.ndims()] as usize
         } else {
-            self.len() * self.dtype.elem_size()
+            self.len() * self.dtype().elem_size()
         };
-        &bytemuck::cast_slice::<u64, u8>(&self.words[self.header()..])[..len]
+        &bytemuck::cast_slice::<u64, u8>(&self.words()[self.header()..])[..len]
     }
     pub fn offsets(&self) -> &[u64] {
-        if self.dtype == DataType::String {
-            &self.words[self.ndims as usize + 1..self.header()]
+        if self.dtype() == DataType::String {
+            &self.words()[self.ndims() + 1..self.header()]
         } else {
             &[]
         }
@@ -329,7 +379,7 @@ impl Tensor {
         let first = parts.first().ok_or_else(|| Error::Internal("Nothing to run".into()))?;
         let mismatch = || Error::Mismatch("cannot batch tensors of different types or shapes".into());
         if first.shape().is_empty()
-            || parts.iter().any(|t| t.dtype != first.dtype || t.shape().get(1..) != first.shape().get(1..))
+            || parts.iter().any(|t| t.dtype() != first.dtype() || t.shape().get(1..) != first.shape().get(1..))
         {
             return Err(mismatch());
         }
@@ -342,7 +392,7 @@ impl Tensor {
             base += t.data().len() as u64;
         }
         let data: Vec<&[u8]> = parts.iter().map(|t| t.data()).collect();
-        Ok(Tensor::assemble(first.dtype, &shape, &offsets, &data))
+        Ok(Tensor::assemble(first.dtype(), &shape, &offsets, &data))
     }
 
     /// Rows `start..start + rows` of dimension 0 (splitting a batched output back per request).
@@ -355,33 +405,33 @@ impl Tensor {
         shape[0] = rows as i64;
         let per_row = self.len().checked_div(total).unwrap_or(0);
         let data = self.data();
-        if self.dtype == DataType::String {
+        if self.dtype() == DataType::String {
             let offsets = self.offsets();
             let (first, end) = (start * per_row, (start + rows) * per_row);
             let from = offsets.get(first).map_or(data.len(), |&o| o as usize);
             let to = offsets.get(end).map_or(data.len(), |&o| o as usize);
             let offsets: Vec<u64> = offsets[first..end].iter().map(|o| o - from as u64).collect();
-            return Ok(Tensor::assemble(self.dtype, &shape, &offsets, &[&data[from..to]]));
+            return Ok(Tensor::assemble(self.dtype(), &shape, &offsets, &[&data[from..to]]));
         }
-        let row_bytes = per_row * self.dtype.elem_size();
-        Ok(Tensor::assemble(self.dtype, &shape, &[], &[&data[start * row_bytes..(start + rows) * row_bytes]]))
+        let row_bytes = per_row * self.dtype().elem_size();
+        Ok(Tensor::assemble(self.dtype(), &shape, &[], &[&data[start * row_bytes..(start + rows) * row_bytes]]))
     }
 
     /// The data, writable (the low-level API's `RedisAI_TensorData` on a tensor nobody else holds). Adopted
     /// bytes are copied in first.
     pub fn data_mut(&mut self) -> &mut [u8] {
-        if self.external.is_some() {
-            let owned = Tensor::assemble(self.dtype, self.shape(), self.offsets(), &[self.data()]);
+        if let Repr::External(..) = self.0 {
+            let owned = Tensor::assemble(self.dtype(), self.shape(), self.offsets(), &[self.data()]);
             *self = owned;
         }
         let len = self.data().len();
         let header = self.header();
-        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words[header..])[..len]
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words_mut()[header..])[..len]
     }
 
     /// Replaces the data with `blob`, checked as a BLOB of this tensor's type and shape.
     pub fn set_data(&mut self, blob: &[u8]) -> Result<()> {
-        *self = Tensor::from_blob(self.dtype, self.shape(), blob)?;
+        *self = Tensor::from_blob(self.dtype(), self.shape(), blob)?;
         Ok(())
     }
 
@@ -405,7 +455,7 @@ impl Tensor {
 
     /// Sets element `i`, converted to the tensor's type as a C cast would (a BOOL takes 0 or 1 only).
     pub fn set_number(&mut self, i: usize, v: Number) -> Result<()> {
-        if i >= self.len() || self.dtype == DataType::String {
+        if i >= self.len() || self.dtype() == DataType::String {
             return Err(Error::InvalidValue);
         }
         let (f, n) = match v {
@@ -413,7 +463,7 @@ impl Tensor {
             Number::I64(n) => (n as f64, n),
         };
         let mut b = [0u8; 8];
-        let bytes: &[u8] = match self.dtype {
+        let bytes: &[u8] = match self.dtype() {
             DataType::Float => {
                 b[..4].copy_from_slice(&(f as f32).to_le_bytes());
                 &b[..4]
@@ -436,8 +486,11 @@ impl Tensor {
     /// Heap bytes held, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Tensor>()
-            + std::mem::size_of_val(&*self.words)
-            + self.external.as_ref().map_or(0, |e| e.bytes().len())
+            + match &self.0 {
+                Repr::Inline(..) => 0,
+                Repr::Heap(_, w) => std::mem::size_of_val(&**w),
+                Repr::External(_, w, e) => std::mem::size_of_val(&**w) + e.bytes().len(),
+            }
     }
 
     /// Element `i` of a STRING tensor, without its NUL.
@@ -455,9 +508,9 @@ impl Tensor {
 
     /// Element `i` (< `len()`).
     fn value_at(&self, i: usize) -> Value<'_> {
-        let n = self.dtype.elem_size();
+        let n = self.dtype().elem_size();
         let d = &self.data()[i * n..];
-        match self.dtype {
+        match self.dtype() {
             DataType::String => Value::Str(self.string_at(i)),
             DataType::Float => Value::Double(f32::from_le_bytes(arr(&d[..4])) as f64),
             DataType::Double => Value::Double(f64::from_le_bytes(arr(&d[..8]))),
@@ -547,6 +600,19 @@ fn parse_int_in_range(dtype: DataType, s: &[u8]) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_small_tensor_is_one_block_of_48_bytes_in_its_arc() {
+        assert_eq!(std::mem::size_of::<Tensor>(), 32);
+        let t = Tensor::from_values(DataType::Float, vec![4], &[b"1", b"2", b"3", b"4"]).unwrap();
+        assert!(matches!(t.0, Repr::Inline(..)));
+        assert_eq!(t.data(), bytemuck::cast_slice::<f32, u8>(&[1.0, 2.0, 3.0, 4.0]));
+        let big = Tensor::zeros(DataType::Float, vec![2, 2]).unwrap();
+        assert!(matches!(big.0, Repr::Heap(..)));
+        assert_eq!((big.shape(), big.data().len()), (&[2i64, 2][..], 16));
+        let s = Tensor::from_values(DataType::String, vec![1], &[b"a"]).unwrap();
+        assert_eq!((s.offsets(), s.string_at(0)), (&[0u64][..], &b"a"[..]));
+    }
 
     #[test]
     fn elements_set_and_read_as_numbers() {

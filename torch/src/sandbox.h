@@ -41,6 +41,7 @@ class RunScope {
   uint64_t saved_timeout_;
   int64_t saved_next_state_;
   size_t saved_loops_;
+  uint64_t saved_id_;
   void* saved_handler_;
 };
 

@@ -37,8 +37,10 @@ using torch::jit::Stack;
 
 // ---- the counting CPU allocator -----------------------------------------------------------------------------
 
-constexpr size_t kHeader = 64;  // keeps alloc_cpu's 64-byte alignment; the first 8 bytes hold the size
+// Keeps alloc_cpu's 64-byte alignment; the first 8 bytes hold the size, the next 8 the run that allocated it.
+constexpr size_t kHeader = 64;
 std::atomic<uint64_t> g_live{0};
+std::atomic<uint64_t> g_run_ids{0};
 const char kMemoryError[] = "TORCH memory limit exceeded, memory allocation failed.";
 const char kTimeoutError[] = "TORCH: the run was cancelled after MODEL_EXECUTION_TIMEOUT";
 const char kDepthError[] = "TORCH: values nested deeper than";
@@ -65,6 +67,7 @@ struct RunLimits {
   uint64_t timeout_ms = 0;
   int64_t next_state_ns = 0;  // when a loop may next measure the run's state (check_deadline)
   size_t loops = 0;            // tl_loops.size(), read here by every iteration (tl_loops' TLS costs more)
+  uint64_t id = 0;             // this run's number (RunScope; a nested run has its own), 0: none
 };
 thread_local RunLimits tl_run;
 // The sandbox's own stop of the run on this thread (the deadline, the memory bound, a value too deep or cyclic),
@@ -101,12 +104,67 @@ thread_local std::vector<std::vector<c10::IValue>> tl_loops;
 
 namespace {
 
+// Blocks a run allocated and freed, on the thread that runs it, kept for that run's next allocations of the same
+// size: they held only what the run itself wrote, so they are handed back without zeroing (a loop that makes
+// fresh tensors, as torch_slow.pt does, paid one write pass over each: +14 %). A run's blocks leave when it ends.
+// Bounded, as what the memory bound does not count.
+struct ReuseCache {
+  static constexpr size_t kBlocks = 16;
+  static constexpr uint64_t kBytes = uint64_t{32} << 20;
+  void* blocks[kBlocks];
+  size_t count = 0;
+  uint64_t bytes = 0;
+
+  static uint64_t size_of(void* base) {
+    uint64_t n;
+    std::memcpy(&n, base, sizeof n);
+    return n;
+  }
+  static uint64_t owner_of(void* base) {
+    uint64_t id;
+    std::memcpy(&id, static_cast<char*>(base) + sizeof(uint64_t), sizeof id);
+    return id;
+  }
+  bool put(void* base, uint64_t n) {
+    if (count == kBlocks || bytes + n > kBytes) return false;
+    blocks[count++] = base;
+    bytes += n;
+    return true;
+  }
+  // A block of `n` bytes that run `id` freed, or null.
+  void* take(uint64_t n, uint64_t id) {
+    for (size_t i = 0; i < count; ++i) {
+      if (size_of(blocks[i]) == n && owner_of(blocks[i]) == id) {
+        void* b = blocks[i];
+        blocks[i] = blocks[--count];
+        bytes -= n;
+        return b;
+      }
+    }
+    return nullptr;
+  }
+  // Frees the blocks of run `id` (all: 0).
+  void release(uint64_t id) {
+    for (size_t i = 0; i < count;) {
+      if (id && owner_of(blocks[i]) != id) {
+        ++i;
+        continue;
+      }
+      bytes -= size_of(blocks[i]);
+      c10::free_cpu(blocks[i]);
+      blocks[i] = blocks[--count];
+    }
+  }
+  ~ReuseCache() { release(0); }
+};
+thread_local ReuseCache tl_reuse;
+
 void counted_free(void* p) {
   if (!p) return;
   char* base = static_cast<char*>(p) - kHeader;
-  uint64_t n;
-  std::memcpy(&n, base, sizeof n);
+  const uint64_t n = ReuseCache::size_of(base);
   g_live.fetch_sub(n, std::memory_order_relaxed);
+  if (tl_run.id && ReuseCache::owner_of(base) == tl_run.id && tl_reuse.put(base, n)) return;
   c10::free_cpu(base);
 }
 
@@ -131,15 +189,19 @@ struct CountingAllocator final : c10::Allocator {
       g_live.fetch_sub(n, std::memory_order_relaxed);
       over_memory(n);
     }
-    void* base = nullptr;
+    void* base = tl_run.id ? tl_reuse.take(n, tl_run.id) : nullptr;
+    if (base) {
+      void* p = static_cast<char*>(base) + kHeader;  // this run's own bytes: not zeroed (ReuseCache)
+      return {p, p, &counted_free, c10::Device(c10::DeviceType::CPU)};
+    }
     try {
       base = c10::alloc_cpu(n + kHeader);
     } catch (...) {
       g_live.fetch_sub(n, std::memory_order_relaxed);
       throw;
     }
-    const uint64_t size = n;
-    std::memcpy(base, &size, sizeof size);
+    const uint64_t header[2] = {n, tl_run.id};
+    std::memcpy(base, header, sizeof header);
     void* p = static_cast<char*>(base) + kHeader;
     // Zeroed before libtorch can read it: torch.empty, new_empty, resize_, out= and the like return memory they
     // have not written, and whatever it held (another client's tensors, strings, replies) would go to this
@@ -405,8 +467,10 @@ RunScope::RunScope(uint64_t timeout_ms)
       saved_timeout_(tl_run.timeout_ms),
       saved_next_state_(tl_run.next_state_ns),
       saved_loops_(tl_loops.size()),
+      saved_id_(tl_run.id),
       saved_handler_(c10::WarningUtils::get_warning_handler()) {
   if (tl_depth++ == 0) tl_stop = {0, ""};
+  tl_run.id = g_run_ids.fetch_add(1, std::memory_order_relaxed) + 1;
   if (timeout_ms) {
     const int64_t deadline = now_ns() + static_cast<int64_t>(std::min<uint64_t>(timeout_ms, 1ULL << 40) * 1000000);
     if (!tl_run.deadline_ns || deadline < tl_run.deadline_ns) {
@@ -420,6 +484,8 @@ RunScope::RunScope(uint64_t timeout_ms)
 
 RunScope::~RunScope() {
   --tl_depth;
+  tl_reuse.release(tl_run.id);
+  tl_run.id = saved_id_;
   tl_run.deadline_ns = saved_deadline_;
   tl_run.timeout_ms = saved_timeout_;
   tl_run.next_state_ns = saved_next_state_;
