@@ -99,6 +99,7 @@ impl Run {
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(super::queue_unavailable)?;
         let now = Instant::now();
+        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(Run {
             state: Mutex::new(State::of(&plan)),
             remaining: AtomicUsize::new(devices.len()),
@@ -232,6 +233,7 @@ impl Run {
     /// Hands the run to its completion. Takes the caller's `Arc` so that no worker keeps the run (and the
     /// models it holds) alive once the reply is on its way.
     fn complete(self: Arc<Self>) {
+        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
         if self.timed_out() && stats::detailed() {
             self.count_timeouts();
         }
@@ -410,7 +412,14 @@ impl Job for Entry {
     fn step_batch(jobs: Vec<Entry>) {
         step_batch(jobs)
     }
+
+    fn quiet() -> bool {
+        IN_FLIGHT.load(Ordering::Relaxed) == 0
+    }
 }
+
+/// Runs submitted and not yet completed (`Job::quiet`).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 impl Queued for Entry {
     /// What auto-batching needs to know about this entry's current op, if it is a batchable model run
