@@ -183,6 +183,18 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
+/// The words before the data: the shape, and for STRING the data's length and the offsets; room for `more`.
+fn header_words(dtype: DataType, shape: &[i64], offsets: &[u64], data_len: usize, more: usize) -> Vec<u64> {
+    let strings = if dtype == DataType::String { 1 + offsets.len() } else { 0 };
+    let mut words = Vec::with_capacity(shape.len() + strings + more);
+    words.extend(shape.iter().map(|&d| d as u64));
+    if dtype == DataType::String {
+        words.push(data_len as u64);
+        words.extend_from_slice(offsets);
+    }
+    words
+}
+
 /// Packs bytes into native-endian words, zero-padding the last one (a plain copy: the byte view of the words
 /// is `bytes` again).
 fn pack(words: &mut Vec<u64>, bytes: &[u8]) {
@@ -200,13 +212,7 @@ impl Tensor {
     /// Assembles a tensor whose shape, offsets and data were checked by the caller.
     fn assemble(dtype: DataType, shape: &[i64], offsets: &[u64], parts: &[&[u8]]) -> Tensor {
         let data_len: usize = parts.iter().map(|p| p.len()).sum();
-        let strings = if dtype == DataType::String { 1 + offsets.len() } else { 0 };
-        let mut words = Vec::with_capacity(shape.len() + strings + data_len.div_ceil(8));
-        words.extend(shape.iter().map(|&d| d as u64));
-        if dtype == DataType::String {
-            words.push(data_len as u64);
-            words.extend_from_slice(offsets);
-        }
+        let mut words = header_words(dtype, shape, offsets, data_len, data_len.div_ceil(8));
         match parts {
             [one] => pack(&mut words, one),
             _ => pack(&mut words, &parts.concat()),
@@ -289,11 +295,7 @@ impl Tensor {
     /// Like `from_blob`, keeping `blob`'s bytes where they are instead of copying them.
     pub fn from_external(dtype: DataType, shape: Vec<i64>, blob: std::sync::Arc<dyn ExternalBytes>) -> Result<Tensor> {
         let offsets = Tensor::check_blob(dtype, &shape, blob.bytes())?;
-        let mut words = Tensor::assemble(dtype, &shape, &offsets, &[]).words().to_vec();
-        if dtype == DataType::String {
-            // The header records the data's length (assemble saw none).
-            words[shape.len()] = blob.bytes().len() as u64;
-        }
+        let words = header_words(dtype, &shape, &offsets, blob.bytes().len(), 0);
         let meta = Meta { dtype, ndims: shape.len() as u8, used: 0 };
         Ok(Tensor(Repr::External(meta, words.into_boxed_slice(), Box::new(blob))))
     }

@@ -12,6 +12,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use std::time::{Duration, Instant};
 
+use super::batch::{take_work, Queued, Work};
+use crate::histogram::Histogram;
+
 /// How long a worker that ran out of work polls its queue before it sleeps, when nothing says more work is on its
 /// way (no other run in flight, `Job::quiet`, and Redis's main thread queued at most one run in its last
 /// event-loop iteration that queued any, `MAIN_BURST`): the next request of a lone client that waits for each
@@ -24,9 +27,6 @@ const POLL: Duration = Duration::from_micros(100);
 
 /// Runs the main thread queued in its last event-loop iteration that queued any (`flush_wakeups`).
 static MAIN_BURST: AtomicUsize = AtomicUsize::new(0);
-
-use super::batch::{take_work, Queued, Work};
-use crate::histogram::Histogram;
 
 /// What a queue holds and how a worker runs it.
 pub trait Job: Queued + Send + Sized + 'static {

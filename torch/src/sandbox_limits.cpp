@@ -104,6 +104,18 @@ thread_local std::vector<std::vector<c10::IValue>> tl_loops;
 
 namespace {
 
+// A block's header (kHeader): the size asked for, and the run that allocated it.
+uint64_t size_of(const void* base) {
+  uint64_t n;
+  std::memcpy(&n, base, sizeof n);
+  return n;
+}
+uint64_t owner_of(const void* base) {
+  uint64_t id;
+  std::memcpy(&id, static_cast<const char*>(base) + sizeof(uint64_t), sizeof id);
+  return id;
+}
+
 // Blocks a run allocated and freed, on the thread that runs it, kept for that run's next allocations of the same
 // size: they held only what the run itself wrote, so they are handed back without zeroing (a loop that makes
 // fresh tensors, as torch_slow.pt does, paid one write pass over each: +14 %). A run's blocks leave when it ends.
@@ -115,16 +127,6 @@ struct ReuseCache {
   size_t count = 0;
   uint64_t bytes = 0;
 
-  static uint64_t size_of(void* base) {
-    uint64_t n;
-    std::memcpy(&n, base, sizeof n);
-    return n;
-  }
-  static uint64_t owner_of(void* base) {
-    uint64_t id;
-    std::memcpy(&id, static_cast<char*>(base) + sizeof(uint64_t), sizeof id);
-    return id;
-  }
   bool put(void* base, uint64_t n) {
     if (count == kBlocks || bytes + n > kBytes) return false;
     blocks[count++] = base;
@@ -162,9 +164,9 @@ thread_local ReuseCache tl_reuse;
 void counted_free(void* p) {
   if (!p) return;
   char* base = static_cast<char*>(p) - kHeader;
-  const uint64_t n = ReuseCache::size_of(base);
+  const uint64_t n = size_of(base);
   g_live.fetch_sub(n, std::memory_order_relaxed);
-  if (tl_run.id && ReuseCache::owner_of(base) == tl_run.id && tl_reuse.put(base, n)) return;
+  if (tl_run.id && owner_of(base) == tl_run.id && tl_reuse.put(base, n)) return;
   c10::free_cpu(base);
 }
 
@@ -173,7 +175,7 @@ void counted_free(void* p) {
 // The size a block of ours was allocated with; false if `dp` is not ours.
 bool counted_size(const c10::DataPtr& dp, uint64_t* n) {
   if (dp.get_deleter() != &counted_free || !dp.get()) return false;
-  std::memcpy(n, static_cast<const char*>(dp.get()) - kHeader, sizeof *n);
+  *n = size_of(static_cast<const char*>(dp.get()) - kHeader);
   return true;
 }
 
