@@ -110,22 +110,20 @@ run: build ## Run redis-server on 127.0.0.1:PORT (default 6379) with the module,
 	exec $(REDIS_SERVER_BIN) --port $(PORT) --bind 127.0.0.1 --loadmodule $(MODULE) \
 	  $(if $(GPU_ON),$$(scripts/gpu-build.sh load-args),ONNX $(ORT_LIB)) TF $(TF_LIB) TFLITE $(TFLITE_LIB)
 
-# tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) runs on the first server only. The
-# suite runs with backends in Redis's process (the default) on all three servers, and once more with backends in
-# worker processes (EXECUTION_MODE ISOLATED) on Redis 7.0.
-test: build venv dist wheel llapi-module ## Unit tests, then the flow tests on Redis 7.0, Redis 8.2 and Valkey 9.1 (and isolated on 7.0)
+# The flow suite runs with backends in worker processes (EXECUTION_MODE ISOLATED) on all three servers, and with
+# backends in Redis's process (the default until isolation's figures hold) on Redis 7.0, where
+# tests/flow/test_wheel.py (two fresh venvs from the wheel, about a minute) and test_dist.py run too.
+test: build venv dist wheel llapi-module ## Unit tests, then the flow tests in-process on Redis 7.0 and isolated on Redis 7.0, Redis 8.2 and Valkey 9.1
 	cargo test --release
 	torch/tests/run-cpp-tests.sh
 	redis70=$$(command -v $(REDIS_SERVER_BIN)); \
 	servers=$$(scripts/servers.sh $(VENV)); eval "$$servers"; \
 	export $(PYTEST_ENV); \
-	once=; \
+	REDIS_SERVER=$$redis70 scripts/run-pytest.sh "in-process, $$($$redis70 --version)" $(PYTEST_ARGS) tests/flow; \
 	for server in $$redis70 $$REDIS82_SERVER $$VALKEY91_SERVER; do \
-	  REDIS_SERVER=$$server scripts/run-pytest.sh "$$($$server --version)" $(PYTEST_ARGS) tests/flow $$once; \
-	  once=--ignore=tests/flow/test_wheel.py; \
-	done; \
-	REDIS_SERVER=$$redis70 REDISAI_EXECUTION_MODE=isolated scripts/run-pytest.sh "isolated, $$($$redis70 --version)" \
-	  $(PYTEST_ARGS) tests/flow --ignore=tests/flow/test_wheel.py --ignore=tests/flow/test_dist.py
+	  REDIS_SERVER=$$server REDISAI_EXECUTION_MODE=isolated scripts/run-pytest.sh "isolated, $$($$server --version)" \
+	    $(PYTEST_ARGS) tests/flow --ignore=tests/flow/test_wheel.py --ignore=tests/flow/test_dist.py; \
+	done
 
 bench: build venv ## Benchmarks that print numbers against same-run baselines (bench/bench.py, bench/responsiveness.py)
 	cargo build --release --example ort_inprocess

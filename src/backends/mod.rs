@@ -96,6 +96,9 @@ pub struct RunReport {
     pub outputs: Outputs,
     /// µs spent copying the inputs in and the outputs out (AI.INFO's `copy_*`).
     pub copy_us: u64,
+    /// µs the run took where it ran, when that is another process (the engine's clock would add the trip
+    /// there and back); `None`: the engine times it.
+    pub run_us: Option<u64>,
 }
 
 /// A model ready to run. `run` may be called from several worker threads at once. The engine calls `execute`
@@ -122,15 +125,37 @@ pub trait LoadedModel: Send + Sync {
     /// The run and what its copies took.
     fn execute(&self, req: &RunRequest) -> Result<RunReport> {
         let (result, copy_us) = crate::clock::copy_clock::measure(|| self.run(req));
-        result.map(|outputs| RunReport { outputs, copy_us })
+        result.map(|outputs| RunReport { outputs, copy_us, run_us: None })
     }
 
     /// `run_within` and what its copies took.
     fn execute_within(&self, req: &RunRequest) -> Option<Result<RunReport>> {
         let (result, copy_us) = crate::clock::copy_clock::measure(|| self.run_within(req));
-        result.map(|r| r.map(|outputs| RunReport { outputs, copy_us }))
+        result.map(|r| r.map(|outputs| RunReport { outputs, copy_us, run_us: None }))
+    }
+
+    /// Whether `post` may start the run without waiting for it (a model in a worker process).
+    fn posts(&self) -> bool {
+        false
+    }
+
+    /// `execute_within` (`within`: stopped at the deadline, it is `Stopped`) or `execute` without waiting: the
+    /// request is on its way when this returns, and `done` gets what came of it later, on Redis's main thread
+    /// (isolation/post.rs); `done` gets `NotPosted` at once when the run could not be started so.
+    fn post(&self, _req: &RunRequest, _within: bool, done: PostDone) {
+        done(Posted::NotPosted)
     }
 }
+
+/// What came of a posted run.
+pub enum Posted {
+    Ran(Result<RunReport>),
+    /// Stopped at its deadline with no effect: the caller queues it.
+    Stopped,
+    NotPosted,
+}
+
+pub type PostDone = Box<dyn FnOnce(Posted) + Send>;
 
 /// One call of a compiled script's function, as the engine asks for it.
 pub struct ScriptRequest<'a> {

@@ -197,19 +197,31 @@ pub(super) fn run_model(
     let result = match model.loaded() {
         Ok(m) => runner(m, &RunRequest { inputs: &refs, caller, start, deadline })?,
         Err(e) => Err(e),
-    }
-    .and_then(|r| if r.outputs.len() == noutputs { Ok(r) } else { Err(wrong_output_count()) });
+    };
     let end = Instant::now();
+    let (result, sample) = model_result(result, noutputs, end.duration_since(start).as_micros() as u64, inputs);
+    Some((result, sample, end))
+}
+
+/// A model run's result, its number of outputs checked, and its sample (`micros`: how long it ran by the
+/// engine's clock, unless the backend timed it in another process).
+pub(super) fn model_result(
+    result: Result<RunReport>,
+    noutputs: usize,
+    micros: u64,
+    inputs: &[Arc<Tensor>],
+) -> (Result<Tensors>, Sample) {
+    let result = result.and_then(|r| if r.outputs.len() == noutputs { Ok(r) } else { Err(wrong_output_count()) });
     let sample = match &result {
         Ok(r) => Sample::Success {
-            micros: end.duration_since(start).as_micros() as u64,
+            micros: r.run_us.unwrap_or(micros),
             copy_us: r.copy_us,
             samples: r.outputs.first().map_or(0, |t| t.dim0()),
             input_bytes: input_bytes(inputs),
         },
         Err(e) => Sample::Error(error_kind(e)),
     };
-    Some((result.map(|r| r.outputs.into_iter().map(Arc::new).collect()), sample, end))
+    (result.map(|r| r.outputs.into_iter().map(Arc::new).collect()), sample)
 }
 
 /// Runs a model on the calling worker thread and records the run: the one path of a queued model op and of a

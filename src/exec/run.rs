@@ -16,6 +16,7 @@ use super::batch::{BatchKey, Queued};
 use super::dag::{OpKind, Plan};
 use super::op::{self, input_bytes, op_stats, run_model, Req, Sample, Tensors};
 use super::queue::{Job, Queue, Queues};
+use crate::backends::Posted;
 use crate::error::{Error, Result};
 use crate::histogram::window_of;
 use crate::stats::{self, ErrorKind};
@@ -228,6 +229,84 @@ impl Run {
             }
         }
         Ok(run)
+    }
+
+    /// Whether `post_inline` may post the plan: one model op, of a model whose backend takes posted runs (a
+    /// worker process).
+    pub fn posts(plan: &Plan) -> bool {
+        match plan.ops.as_slice() {
+            [op] => matches!(&op.kind, OpKind::Model { model, .. } if model.loaded().is_ok_and(|m| m.posts())),
+            _ => false,
+        }
+    }
+
+    /// `run_inline` without waiting, for a plan that `posts`: the run is posted to its worker
+    /// (isolation/post.rs) and `done` gets the finished run later, on Redis's main thread, or the plan when the
+    /// run was stopped at `limit` or could not be posted (the caller queues it). Without a limit (a run not
+    /// known to be short), or for a model that cannot be stopped early, the run has MODEL_EXECUTION_TIMEOUT, as
+    /// on a queue. Statistics as `run_inline`'s.
+    pub fn post_inline(
+        plan: Plan,
+        limit: Option<std::time::Duration>,
+        done: impl FnOnce(std::result::Result<Run, Box<Plan>>) + Send + 'static,
+    ) {
+        let run = Run::finished(plan);
+        let (model, inputs, outputs) = match run.plan.ops.as_slice() {
+            [op] => match &op.kind {
+                OpKind::Model { model, inputs, outputs } => (model.clone(), inputs, outputs.clone()),
+                _ => return done(Err(Box::new(run.plan))),
+            },
+            _ => return done(Err(Box::new(run.plan))),
+        };
+        let loaded: Option<Tensors> = {
+            let st = run.state.lock();
+            inputs.iter().map(|&s| st.slots[s].clone()).collect()
+        };
+        let Ok(m) = model.loaded() else { return done(Err(Box::new(run.plan))) };
+        let within = limit.filter(|_| m.stops_early());
+        let Some(loaded) = loaded.filter(|l| within.is_none() || model.history.fits(input_bytes(l))) else {
+            return done(Err(Box::new(run.plan)));
+        };
+        let caller = run.plan.caller.clone();
+        let held = model.clone();
+        let refs: SmallVec<[&Tensor; 4]> = loaded.iter().map(|t| t.as_ref()).collect();
+        let start = Instant::now();
+        let limit = within.unwrap_or_else(|| crate::config::CONFIG.read().execution_limit());
+        let req = crate::backends::RunRequest { inputs: &refs, caller: &caller, start, deadline: start + limit };
+        let inputs = loaded.clone();
+        m.post(
+            &req,
+            within.is_some(),
+            Box::new(move |outcome| {
+                let result = match outcome {
+                    Posted::Ran(result) => result,
+                    Posted::Stopped => {
+                        held.history.record_stopped(start.elapsed().as_micros() as u64);
+                        return done(Err(Box::new(run.plan)));
+                    }
+                    Posted::NotPosted => return done(Err(Box::new(run.plan))),
+                };
+                let (result, sample) =
+                    op::model_result(result, outputs.len(), start.elapsed().as_micros() as u64, &inputs);
+                {
+                    let mut st = run.state.lock();
+                    match result {
+                        Ok(outs) => {
+                            for (&s, t) in outputs.iter().zip(outs) {
+                                st.slots[s] = Some(t);
+                            }
+                            st.outcomes[0] = OpOutcome::Done;
+                        }
+                        Err(e) => {
+                            st.outcomes[0] = OpOutcome::Failed(e);
+                            st.failed = true;
+                        }
+                    }
+                }
+                sample.record(&held, &Req::inline(run.created), Instant::now());
+                done(Ok(run))
+            }),
+        );
     }
 
     /// Hands the run to its completion. Takes the caller's `Arc` so that no worker keeps the run (and the

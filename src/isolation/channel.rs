@@ -77,13 +77,13 @@ fn receive_into(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<(usize, Option<
     }
 }
 
-/// The next lane descriptor; `None` once Redis has closed the channel.
-pub fn receive_fd(sock: &OwnedFd) -> Result<Option<OwnedFd>> {
+/// The next descriptor and the tag its message carried (what it is); `None` once Redis has closed the channel.
+pub fn receive_fd(sock: &OwnedFd) -> Result<Option<(u8, OwnedFd)>> {
     let mut byte = [0u8; 1];
     loop {
         match receive_into(sock, &mut byte)? {
             None => return Ok(None),
-            Some((_, Some(fd))) => return Ok(Some(fd)),
+            Some((_, Some(fd))) => return Ok(Some((byte[0], fd))),
             Some((_, None)) => continue,
         }
     }
@@ -120,7 +120,8 @@ mod tests {
         assert_eq!(receive(&b, std::time::Duration::from_secs(1)).unwrap().unwrap(), b"hello");
         let lane = super::super::lane::Lane::create().unwrap();
         send(&a, b"L", Some(lane.fd())).unwrap();
-        let fd = receive_fd(&b).unwrap().unwrap();
+        let (tag, fd) = receive_fd(&b).unwrap().unwrap();
+        assert_eq!(tag, b'L');
         assert!(super::super::lane::Lane::open(fd).is_ok());
         drop(a);
         assert!(receive_fd(&b).unwrap().is_none(), "the end of the channel");

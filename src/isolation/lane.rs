@@ -106,14 +106,7 @@ pub struct Lane {
 impl Lane {
     /// A new lane (Redis's side): its memfd is then handed to the worker.
     pub fn create() -> Result<Lane> {
-        // SAFETY: memfd_create with a static name; the descriptor is owned from here on.
-        let fd = unsafe { libc::memfd_create(c"redisai-lane".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(os_error("memfd_create"));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        truncate(&fd, HEADER + FIRST_CAPACITY)?;
+        let fd = memfd(c"redisai-lane", HEADER + FIRST_CAPACITY)?;
         let map = Arc::new(Mapping::new(&fd, HEADER + FIRST_CAPACITY)?);
         map.header().capacity.store(FIRST_CAPACITY as u64, Ordering::Release);
         Ok(Lane { fd, map, len: 0, short: false })
@@ -210,6 +203,56 @@ impl Lane {
     }
 }
 
+/// A doorbell: a counter in a region of its own. Redis's main thread rings it after posting requests on lanes
+/// that one thread of the worker serves (post.rs); that thread sleeps on it when no lane has a request.
+pub struct Bell {
+    fd: OwnedFd,
+    map: Mapping,
+}
+
+impl Bell {
+    /// A new bell (Redis's side): its memfd is then handed to the worker.
+    pub fn create() -> Result<Bell> {
+        Bell::open(memfd(c"redisai-bell", HEADER)?)
+    }
+
+    /// The worker's view of a bell Redis made.
+    pub fn open(fd: OwnedFd) -> Result<Bell> {
+        let map = Mapping::new(&fd, HEADER)?;
+        Ok(Bell { fd, map })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// The count of rings so far (wrapping).
+    pub fn seen(&self) -> u32 {
+        self.map.header().state.load(Ordering::Acquire) & !SLEEPING
+    }
+
+    /// Counts one ring; wakes the thread sleeping on the bell, if it sleeps.
+    pub fn ring(&self) {
+        let word = &self.map.header().state;
+        let mut cur = word.load(Ordering::Acquire);
+        loop {
+            let next = (cur & !SLEEPING).wrapping_add(1) & !SLEEPING;
+            match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        if cur & SLEEPING != 0 {
+            futex_wake(word);
+        }
+    }
+
+    /// Waits until the bell has rung since `seen`, polling for `spin` first.
+    pub fn wait(&self, seen: u32, spin: Duration) {
+        wait_word(&self.map.header().state, seen, spin, None);
+    }
+}
+
 /// Marks one lane dead from the thread that saw its worker exit.
 pub struct Killer(Arc<Mapping>);
 
@@ -250,6 +293,19 @@ impl Lane {
             Ok(())
         }
     }
+}
+
+/// A new memfd of `size` bytes (Redis's side of a region; the worker gets its descriptor).
+fn memfd(name: &std::ffi::CStr, size: usize) -> Result<OwnedFd> {
+    // SAFETY: memfd_create with a NUL-terminated name; the descriptor is owned from here on.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(os_error("memfd_create"));
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    truncate(&fd, size)?;
+    Ok(fd)
 }
 
 fn truncate(fd: &OwnedFd, size: usize) -> Result<()> {
@@ -359,6 +415,25 @@ mod tests {
         let (map, len) = redis.message().unwrap();
         assert_eq!(super::super::wire::Reader::new(&map.data()[..len]).bytes().unwrap(), &big[..]);
         assert_eq!(t.join().unwrap(), big.len() + 8);
+    }
+
+    #[test]
+    fn a_bell_wakes_its_sleeper_and_a_ring_before_the_wait_is_not_lost() {
+        let bell = Bell::create().unwrap();
+        // SAFETY: dup of a descriptor we own, owned by the worker's view.
+        let theirs = Bell::open(unsafe { OwnedFd::from_raw_fd(libc::dup(bell.fd().as_raw_fd())) }).unwrap();
+        let seen = theirs.seen();
+        bell.ring();
+        theirs.wait(seen, Duration::ZERO); // rung before: returns at once
+        let seen = theirs.seen();
+        assert_eq!(seen, 1);
+        let t = std::thread::spawn(move || {
+            theirs.wait(seen, Duration::ZERO);
+            theirs.seen()
+        });
+        std::thread::sleep(Duration::from_millis(20)); // asleep on the futex by now
+        bell.ring();
+        assert_eq!(t.join().unwrap(), 2);
     }
 
     #[test]

@@ -10,7 +10,10 @@ mod broker;
 mod callbacks;
 mod channel;
 mod lane;
+mod notifier;
+mod post;
 mod proxy;
+mod request;
 pub mod sandbox;
 mod supervisor;
 mod wire;
@@ -25,9 +28,17 @@ use crate::error::{Error, Result};
 use crate::script_spec::ScriptSpec;
 
 pub use callbacks::{set_host, Host};
+pub use notifier::notifier as posted_notifier;
+pub use post::{collect as collect_posted, enable as enable_posting, in_flight as posted_in_flight};
 
 /// The worker executable's name, beside libredisai.so unless load-time `WORKER_PATH` says otherwise.
 pub const WORKER_NAME: &str = "redisai-worker";
+
+/// Keeps the backend variables of the server's environment for the workers (at load: Valkey empties the
+/// environment once it has started).
+pub fn capture_environment() {
+    supervisor::environment();
+}
 
 /// Whether backends run in workers.
 pub fn enabled() -> bool {

@@ -8,11 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::lane::{self, Lane};
+use super::post::Late;
+use super::request::{killed_at_kill_switch, read_outputs, read_run, write_request};
 use super::supervisor::{Process, Slot};
 use super::wire::{self, Reader, Writer};
 use crate::backend_kind::BackendKind;
 use crate::backends::{
-    LoadOptions, LoadedModel, LoadedScript, Outputs, RunReport, RunRequest, ScriptReport, ScriptRequest,
+    LoadOptions, LoadedModel, LoadedScript, Outputs, PostDone, Posted, RunReport, RunRequest, ScriptReport,
+    ScriptRequest,
 };
 use crate::blob::Blob;
 use crate::device::Device;
@@ -136,14 +139,7 @@ fn exchange<R>(
     write: impl FnOnce(&mut Writer<Lane>),
     read: impl FnOnce(&mut Reader) -> Result<R>,
 ) -> Result<R> {
-    let to_free = std::mem::take(&mut *process.to_free.lock());
-    lane.start()?;
-    let mut w = Writer(&mut *lane);
-    w.list(&to_free, |w, id| {
-        w.u64(*id);
-    });
-    write(&mut w);
-    lane.written()?;
+    write_request(process, lane, write)?;
     lane.pass(lane::REQUEST).map_err(|_| process.exit_error())?;
     let mut from = lane::REQUEST;
     // A callback the kill switch stopped: the run's own error then (as in this process, where the nested run
@@ -170,10 +166,7 @@ fn exchange<R>(
                 // every request it holds (this one too, once its exit is seen).
                 process.kill();
                 return match lane.wait(from, Duration::ZERO, Some(Instant::now() + GRACE)) {
-                    Some(lane::DEAD) | None => Err(Error::TimedOut {
-                        text: "the backend worker did not stop at MODEL_EXECUTION_TIMEOUT and was killed".into(),
-                        prefixed: true,
-                    }),
+                    Some(lane::DEAD) | None => Err(killed_at_kill_switch()),
                     Some(_) => Err(process.exit_error()),
                 };
             }
@@ -266,15 +259,6 @@ fn write_run(w: &mut Writer<Lane>, id: u64, req: &RunRequest, left: Duration, wi
     w.u8(wire::RUN_MODEL).u64(id).u8(within as u8).caller(req.caller).tensors(req.inputs).deadline(req.limit(), left);
 }
 
-fn report(copy_us: u64, outputs: Vec<Tensor>) -> RunReport {
-    RunReport { outputs: outputs.into_iter().collect(), copy_us }
-}
-
-fn read_outputs(r: &mut Reader) -> Result<(u64, Vec<Tensor>)> {
-    let copy_us = r.u64()?;
-    Ok((copy_us, r.tensors()?))
-}
-
 impl LoadedModel for RemoteModel {
     fn inputs(&self) -> &[String] {
         &self.inputs
@@ -289,13 +273,7 @@ impl LoadedModel for RemoteModel {
         // The model's callbacks are served on this thread, for the request's caller.
         let _caller = crate::caller::Scope::new(req.caller);
         let left = req.deadline.saturating_duration_since(Instant::now());
-        let (copy_us, outputs) = self.remote.call(
-            req.limit(),
-            req.deadline,
-            |w| write_run(w, self.remote.id, req, left, false),
-            read_outputs,
-        )?;
-        Ok(report(copy_us, outputs))
+        self.remote.call(req.limit(), req.deadline, |w| write_run(w, self.remote.id, req, left, false), read_run)
     }
 
     /// ONNX models run inline on Redis's main thread as in this process (exec/inline.rs), the main thread
@@ -319,13 +297,37 @@ impl LoadedModel for RemoteModel {
             &mut lane,
             (req.deadline, Overrun::GiveUp(&late), SPIN),
             |w| write_run(w, self.remote.id, req, left, true),
-            read_outputs,
+            read_run,
         );
         process.give(lane);
         if late.get() {
             return None;
         }
-        Some(result.map(|(copy_us, outputs)| report(copy_us, outputs)))
+        Some(result)
+    }
+
+    /// Every backend but TORCH, whose models may call back into Redis (the posted lanes' thread serves no
+    /// callbacks).
+    fn posts(&self) -> bool {
+        matches!(self.remote.source, Source::Model { kind, .. } if kind != BackendKind::Torch)
+    }
+
+    /// As `execute_within` or `execute`, on a posted lane (post.rs); a model the worker has not loaded is not
+    /// posted.
+    fn post(&self, req: &RunRequest, within: bool, done: PostDone) {
+        let process = match self.remote.slot.current() {
+            Some(p) if p.loaded.lock().contains(&self.remote.id) => p,
+            _ => return done(Posted::NotPosted),
+        };
+        let left = req.deadline.saturating_duration_since(Instant::now());
+        // Within: it answers STOPPED at the deadline, which the worker counts from when it reads the request, so
+        // a run waiting behind others there is given the limit again before it is run elsewhere. Else it runs
+        // to the end, as on a queue, or overruns its kill switch: then the worker is killed, as then.
+        let late = match within {
+            true => Late::GiveUp(req.deadline + req.limit()),
+            false => Late::Kill(req.deadline + req.limit() + GRACE),
+        };
+        super::post::post(&process, late, |w| write_run(w, self.remote.id, req, left, within), done);
     }
 }
 
@@ -342,7 +344,7 @@ impl LoadedScript for RemoteScript {
         let _caller = crate::caller::Scope::new(req.caller);
         let limit = crate::config::CONFIG.read().execution_limit();
         let left = req.deadline.saturating_duration_since(Instant::now());
-        let (copy_us, outputs) = self.remote.call(
+        let (copy_us, _, outputs) = self.remote.call(
             limit,
             req.deadline,
             |w| {

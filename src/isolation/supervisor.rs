@@ -12,7 +12,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::channel;
-use super::lane::{Killer, Lane};
+use super::lane::{Bell, Killer, Lane};
 use super::wire::Reader;
 use crate::backend_kind::BackendKind;
 use crate::error::{Error, Result};
@@ -32,6 +32,9 @@ pub struct Process {
     /// Lanes whose request was given up on (the worker still runs it): free again once it has answered.
     waiting: Mutex<Vec<Lane>>,
     killers: Mutex<Vec<Killer>>,
+    /// Free posted lanes (post.rs), and the bell of the worker's thread that serves them, once it has one.
+    posted: Mutex<Vec<Lane>>,
+    bell: Mutex<Option<Bell>>,
     /// Why it exited, once it has.
     exit: Mutex<Option<String>>,
     /// Models and scripts loaded in it (by id) and those to free there with the next request.
@@ -62,6 +65,46 @@ impl Process {
         channel::send(&self.channel, b"L", Some(lane.fd()))?;
         killers.push(lane.killer());
         Ok(lane)
+    }
+
+    /// A free posted lane (post.rs), or a new one handed to the worker's posted lanes' thread; the first one
+    /// starts that thread (its bell, and `notify`: the eventfd it writes when it has answered).
+    pub fn posted_lane(&self, notify: &OwnedFd) -> Result<Lane> {
+        if let Some(l) = self.posted.lock().pop() {
+            return Ok(l);
+        }
+        let mut killers = self.killers.lock();
+        if let Some(why) = self.exit.lock().as_ref() {
+            return Err(exited(why));
+        }
+        if killers.len() >= MAX_LANES {
+            return Err(Error::Unavailable("too many requests wait on one backend worker".into()));
+        }
+        let mut bell = self.bell.lock();
+        if bell.is_none() {
+            let b = Bell::create()?;
+            channel::send(&self.channel, b"B", Some(b.fd()))?;
+            channel::send(&self.channel, b"E", Some(notify))?;
+            *bell = Some(b);
+        }
+        let lane = Lane::create()?;
+        channel::send(&self.channel, b"P", Some(lane.fd()))?;
+        killers.push(lane.killer());
+        Ok(lane)
+    }
+
+    /// Tells the posted lanes' thread that a lane holds a request.
+    pub fn ring(&self) {
+        if let Some(b) = self.bell.lock().as_ref() {
+            b.ring();
+        }
+    }
+
+    /// Gives a posted lane back once its answer is read, or unused (a dead one is dropped).
+    pub fn give_posted(&self, lane: Lane) {
+        if matches!(lane.state(), super::lane::REPLY | super::lane::IDLE) {
+            self.posted.lock().push(lane);
+        }
     }
 
     /// Gives a lane back: free after a request that finished, waiting while the worker still runs one that was
@@ -96,6 +139,10 @@ impl Process {
         }
         self.free.lock().clear();
         self.waiting.lock().clear();
+        self.posted.lock().clear();
+        // The main thread collects the posted runs it held (their lanes are dead now) without waiting for its
+        // next event-loop iteration.
+        super::notifier::notify();
     }
 }
 
@@ -237,7 +284,7 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
     let child = std::process::Command::new(&path)
         .args(&args)
         .env_clear()
-        .envs(std::env::vars_os().filter(|(k, _)| backend_variable(k)))
+        .envs(environment().iter().cloned())
         // ONNX Runtime keeps a telemetry database under the user's cache directory, opened at load (before the
         // sandbox) and written afterwards: none, and nowhere to make one.
         .env("ORT_DISABLE_TELEMETRY", "1")
@@ -281,12 +328,62 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
         free: Mutex::new(Vec::new()),
         waiting: Mutex::new(Vec::new()),
         killers: Mutex::new(Vec::new()),
+        posted: Mutex::new(Vec::new()),
+        bell: Mutex::new(None),
         exit: Mutex::new(None),
         loaded: Mutex::new(Default::default()),
         to_free: Mutex::new(Vec::new()),
     };
     let _ = device;
     Ok((Arc::new(p), pidfd))
+}
+
+/// The backend variables of Redis's environment (made once, at load: `super::capture_environment`), as
+/// `getenv` (and so every backend in Redis's process) sees them: the executable's `__environ`. Valkey's
+/// executable has a copy of it apart from libc's, and libc's, which `std::env` reads, is empty there.
+pub fn environment() -> &'static [(std::ffi::OsString, std::ffi::OsString)] {
+    static ENVIRONMENT: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>> = std::sync::OnceLock::new();
+    ENVIRONMENT.get_or_init(|| {
+        let mut vars: Vec<_> = std::env::vars_os().filter(|(k, _)| backend_variable(k)).collect();
+        for (name, value) in executable_environment() {
+            if backend_variable(&name) && !vars.iter().any(|(k, _)| *k == name) {
+                vars.push((name, value));
+            }
+        }
+        vars
+    })
+}
+
+/// The environment array that the executable's `__environ` holds (looked up from the main program's handle).
+fn executable_environment() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut vars = Vec::new();
+    // SAFETY: dlopen(NULL) gives the main program's handle (no new object); its `__environ` is a `char **`
+    // holding a NULL-terminated array of NUL-terminated strings, read on the main thread at load while nothing
+    // sets a variable.
+    unsafe {
+        let main = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
+        if main.is_null() {
+            return vars;
+        }
+        let env = libc::dlsym(main, c"__environ".as_ptr()) as *const *const *const libc::c_char;
+        if !env.is_null() {
+            let mut p = *env;
+            while !p.is_null() && !(*p).is_null() {
+                let entry = std::ffi::CStr::from_ptr(*p).to_bytes();
+                if let Some(eq) = entry.iter().position(|&b| b == b'=') {
+                    let (name, value) = (&entry[..eq], &entry[eq + 1..]);
+                    vars.push((
+                        std::ffi::OsStr::from_bytes(name).to_owned(),
+                        std::ffi::OsStr::from_bytes(value).to_owned(),
+                    ));
+                }
+                p = p.add(1);
+            }
+        }
+        libc::dlclose(main);
+    }
+    vars
 }
 
 /// The variables of Redis's environment a worker gets: those the backend libraries read (thread pools, kernels,

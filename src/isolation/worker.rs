@@ -4,7 +4,7 @@
 //! Redis on the same lane.
 
 use std::collections::HashMap;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,15 +77,70 @@ fn start(args: &[String]) -> Result<()> {
     };
     super::channel::send(&channel, &hello, None)?;
     loaded?;
-    // Each message on the channel brings a lane; the channel's end (Redis closed it) ends the worker.
-    while let Some(fd) = super::channel::receive_fd(&channel)? {
-        let lane = Lane::open(fd)?;
+    // Each message on the channel brings a lane (`L`: a thread of its own; `P`: the posted lanes' thread), or
+    // what the posted lanes' thread needs (`B`: its bell, `E`: the eventfd that tells Redis it has answered).
+    // The channel's end (Redis closed it) ends the worker.
+    let mut bell = None;
+    let mut posted: Option<crossbeam_channel::Sender<Lane>> = None;
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
-            .name("ai:lane".into())
-            .spawn(move || serve(lane))
-            .map_err(|e| Error::Internal(format!("backend worker: thread: {e}")))?;
+            .name(name.into())
+            .spawn(f)
+            .map(drop)
+            .map_err(|e| Error::Internal(format!("backend worker: thread: {e}")))
+    };
+    while let Some((tag, fd)) = super::channel::receive_fd(&channel)? {
+        match tag {
+            b'B' => bell = Some(Arc::new(lane::Bell::open(fd)?)),
+            b'E' => {
+                let bell = bell.clone().ok_or_else(|| Error::Internal("backend worker: no bell".into()))?;
+                let (tx, rx) = crossbeam_channel::unbounded();
+                posted = Some(tx);
+                spawn("ai:posted", Box::new(move || serve_posted(&bell, &fd, &rx)))?;
+            }
+            b'P' => {
+                let (Some(tx), Some(bell)) = (&posted, &bell) else {
+                    return Err(Error::Internal("backend worker: a posted lane before its thread".into()));
+                };
+                let _ = tx.send(Lane::open(fd)?);
+                // Its request may be passed already, and the bell rung before the thread had the lane.
+                bell.ring();
+            }
+            _ => {
+                let lane = Lane::open(fd)?;
+                spawn("ai:lane", Box::new(move || serve(lane)))?;
+            }
+        }
     }
     Ok(())
+}
+
+/// The posted lanes' thread: serves each lane that holds a request, tells Redis's main thread (eventfd) once it
+/// has answered some, and sleeps on the bell when no lane holds one. One thread for all of them: posted runs
+/// are short (they would otherwise run on Redis's main thread), and threads polling for them would take the
+/// cores the runs need.
+fn serve_posted(bell: &lane::Bell, notify: &OwnedFd, new: &crossbeam_channel::Receiver<Lane>) {
+    let mut lanes: Vec<Lane> = Vec::new();
+    loop {
+        let seen = bell.seen();
+        lanes.extend(new.try_iter());
+        let mut answered = false;
+        lanes.retain_mut(|lane| match lane.state() {
+            lane::REQUEST => {
+                answered = true;
+                answer(lane)
+            }
+            lane::DEAD => false,
+            _ => true,
+        });
+        if answered {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes 8 bytes from a live local to the eventfd Redis gave this process.
+            unsafe { libc::write(notify.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+            continue;
+        }
+        bell.wait(seen, SPIN);
+    }
 }
 
 /// One lane's thread: a request, its reply, until the lane dies.
@@ -96,32 +151,37 @@ fn serve(mut lane: Lane) {
             Some(lane::REQUEST) => {}
             _ => return,
         }
-        let reply = handle(&mut lane);
-        let mut sent = lane.start();
-        if sent.is_ok() {
-            match reply {
-                Ok(Reply::Write(write)) => {
-                    Writer(&mut lane).u8(0);
-                    write(&mut lane);
-                }
-                Ok(Reply::Stopped) => {
-                    Writer(&mut lane).u8(wire::STOPPED);
-                }
-                Err(e) => {
-                    Writer(&mut lane).u8(1).error(&e);
-                }
-            }
-            sent = lane.written();
-        }
-        if let Err(e) = sent {
-            let _ = lane.start();
-            Writer(&mut lane).u8(1).error(&e);
-        }
-        if lane.pass(lane::REPLY).is_err() {
+        if !answer(&mut lane) {
             return;
         }
         from = lane::REPLY;
     }
+}
+
+/// Handles the request the lane holds and passes the turn back with its reply; false once the lane is dead.
+fn answer(lane: &mut Lane) -> bool {
+    let reply = handle(lane);
+    let mut sent = lane.start();
+    if sent.is_ok() {
+        match reply {
+            Ok(Reply::Write(write)) => {
+                Writer(&mut *lane).u8(0);
+                write(lane);
+            }
+            Ok(Reply::Stopped) => {
+                Writer(&mut *lane).u8(wire::STOPPED);
+            }
+            Err(e) => {
+                Writer(&mut *lane).u8(1).error(&e);
+            }
+        }
+        sent = lane.written();
+    }
+    if let Err(e) = sent {
+        let _ = lane.start();
+        Writer(&mut *lane).u8(1).error(&e);
+    }
+    lane.pass(lane::REPLY).is_ok()
 }
 
 /// A request's answer: what to write after the OK status, or that the run stopped at its deadline.
@@ -176,6 +236,7 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
             let model = MODELS.read().as_ref().and_then(|m| m.get(&id).cloned()).ok_or_else(not_loaded)?;
             let refs: Vec<&Tensor> = inputs.iter().collect();
             let req = RunRequest { inputs: &refs, caller: &caller, start, deadline };
+            let began = std::time::Instant::now();
             let report = if within {
                 match with_lane(lane, || model.execute_within(&req)) {
                     Some(report) => report?,
@@ -184,9 +245,10 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
             } else {
                 with_lane(lane, || model.execute(&req))?
             };
+            let run_us = began.elapsed().as_micros() as u64;
             Ok(Reply::Write(Box::new(move |lane| {
                 let outs: Vec<&Tensor> = report.outputs.iter().collect();
-                Writer(lane).u64(report.copy_us).tensors(&outs);
+                Writer(lane).u64(report.copy_us).u64(run_us).tensors(&outs);
             })))
         }
         wire::RUN_SCRIPT => {
@@ -209,10 +271,12 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
                 caller: &caller,
                 deadline,
             };
+            let began = std::time::Instant::now();
             let report = with_lane(lane, || script.execute(&req))?;
+            let run_us = began.elapsed().as_micros() as u64;
             Ok(Reply::Write(Box::new(move |lane| {
                 let outs: Vec<&Tensor> = report.outputs.iter().collect();
-                Writer(lane).u64(report.copy_us).tensors(&outs);
+                Writer(lane).u64(report.copy_us).u64(run_us).tensors(&outs);
             })))
         }
         wire::INFO => {

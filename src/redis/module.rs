@@ -46,6 +46,8 @@ fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) ->
     std::panic::set_hook(Box::new(|p| log_warning(&format!("redisai: {p}"))));
     super::gil::record_main_thread();
     crate::log::set_sink(log_warning);
+    // Before anything sets a variable of its own, and while the environment is there (Valkey empties it later).
+    crate::isolation::capture_environment();
     #[cfg(feature = "torch")]
     crate::backends::torch::set_host(super::script_host::host_api());
     #[cfg(feature = "torch")]
@@ -137,8 +139,36 @@ fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) ->
     let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
     if raw::subscribe_to_server_event(ctx.as_ptr(), event, Some(before_sleep)) == raw::Status::Ok {
         crate::exec::queue::defer_wakeups_on_this_thread();
+        // Isolated: short runs are posted to the workers, whose answers are collected when the eventfd they
+        // write is readable and before Redis sleeps (isolation/post.rs).
+        if crate::isolation::enabled() {
+            watch_posted_runs();
+        }
     }
     raw::Status::Ok as c_int
+}
+
+fn watch_posted_runs() {
+    let (Some(fd), Some(add)) = (crate::isolation::posted_notifier(), api_opt!(RedisModule_EventLoopAdd)) else {
+        return log_warning("redisai: short runs wait for their worker (no event-loop hook for posted runs)");
+    };
+    // SAFETY: registers our eventfd (open for the module's lifetime) with a callback that outlives it.
+    let ok = unsafe {
+        add(
+            std::os::fd::AsRawFd::as_raw_fd(fd),
+            raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
+            Some(on_posted),
+            std::ptr::null_mut(),
+        )
+    };
+    if ok == raw::REDISMODULE_OK as c_int {
+        crate::isolation::enable_posting();
+    }
+}
+
+/// The workers answered posted runs (main thread).
+extern "C" fn on_posted(_fd: c_int, _data: *mut std::ffi::c_void, _mask: c_int) {
+    let _ = catch_unwind(|| crate::isolation::collect_posted(true));
 }
 
 /// Puts AI.CONFIG in @admin and @dangerous. The `admin` flag does not do it for module commands; Redis 7.2+
@@ -161,7 +191,8 @@ fn admin_categories(ctx: Ctx<'_>) {
 /// Whether AI.CONFIG is in @admin (else its handler checks the caller's right to CONFIG SET).
 pub static ADMIN_BY_CATEGORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Redis's event-loop hook (main thread): before it sleeps, wake the workers of the queues that got work.
+/// Redis's event-loop hook (main thread): before it sleeps, collect the posted runs that have an answer and
+/// wake the workers of the queues that got work.
 extern "C" fn before_sleep(
     _ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
@@ -169,6 +200,8 @@ extern "C" fn before_sleep(
     _data: *mut std::ffi::c_void,
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+        // Collected first: a posted run given up on is queued, and its queue's wake-up goes out with the rest.
+        let _ = catch_unwind(|| crate::isolation::collect_posted(false));
         let _ = catch_unwind(crate::exec::queue::flush_wakeups);
     }
 }

@@ -24,6 +24,9 @@ def execute(con, key="m", inputs=("a", "a"), out="c"):
 SHORT = ("INLINE_THRESHOLD", "1000")
 
 
+# The counts of inline and queued runs are this process's policy; isolated, a run not known to be short is also
+# posted while no other posted run is in flight (test_isolation.py).
+@pytest.mark.in_process
 @pytest.mark.module_args(*SHORT)
 def test_short_runs_go_inline_after_the_first_ones(server):
     c = server.client()
@@ -88,6 +91,9 @@ def test_batching_models_never_run_inline(server):
     assert inline >= 1 and inline + queued == 10, (inline, queued)
 
 
+# The counts of inline and queued runs are this process's policy; isolated, a run not known to be short is also
+# posted while no other posted run is in flight (test_isolation.py).
+@pytest.mark.in_process
 def test_a_run_that_suddenly_grows_finishes_on_a_worker(make_server, make_replica):
     master = make_server(module_args=list(SHORT))
     replica = make_replica(master)
@@ -172,6 +178,9 @@ def test_a_dag_of_short_model_runs_goes_inline(make_server, make_replica):
     assert "Unexpected input data type" in str(reply[1])
 
 
+# The counts of inline and queued runs are this process's policy; isolated, a run not known to be short is also
+# posted while no other posted run is in flight (test_isolation.py).
+@pytest.mark.in_process
 @pytest.mark.module_args(*SHORT)
 def test_dags_that_do_not_qualify_are_queued(server):
     c = server.client()

@@ -310,3 +310,66 @@ def test_short_runs_go_inline_through_the_worker(make_server):
     assert con.execute_command(*args) == b"OK"
     assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [b"300002"]
     assert con.info("ai")["ai_queued_runs"] == queued + 1
+
+
+def test_short_runs_are_posted_and_each_client_gets_its_own_answer(make_server):
+    """Isolated, a short run is posted to the worker without Redis's main thread waiting for it (the client
+    blocked; isolation/post.rs), and its answer is collected later: 8 clients, each with its own inputs and a
+    pipeline of runs and reads, get their own results in order, and the runs count as inline."""
+    srv = make_server(module_args=ISOLATED)
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    set_tensor(con, "w", np.full((2, 2), 2, dtype=np.float32))
+    for _ in range(20):  # a model's first runs are queued (exec/inline.rs)
+        con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "w", "w", "OUTPUTS", 1, "w2")
+    before = con.info("ai")["ai_inline_runs"]
+    failures = []
+
+    def client(i):
+        c = redis.Redis(port=srv.port, socket_timeout=30)
+        for n in range(40):
+            p = c.pipeline(transaction=False)
+            for k in range(5):
+                v = float(i * 250 + n * 5 + k)  # squares stay exact in float32
+                p.execute_command("AI.TENSORSET", f"x{i}", "FLOAT", 2, 2, "VALUES", v, v, v, v)
+                p.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, f"x{i}", f"x{i}", "OUTPUTS", 1, f"y{i}")
+                p.execute_command("AI.TENSORGET", f"y{i}", "VALUES")
+            replies = p.execute()
+            for k in range(5):
+                v = float(i * 250 + n * 5 + k)
+                got = [float(x) for x in replies[3 * k + 2]]
+                if replies[3 * k + 1] != b"OK" or got != [v * v] * 4:
+                    failures.append((i, n, k, replies[3 * k + 1], got))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a client hung"
+    assert failures == [], failures[:3]
+    posted = con.info("ai")["ai_inline_runs"] - before
+    assert posted > 8 * 40 * 5 // 2, posted
+
+
+def test_a_long_run_from_one_client_is_posted_too(make_server):
+    """A run not known to be short (a new model, or one past INLINE_THRESHOLD) is posted as well while no other
+    posted run is in flight: one client's runs skip the queue's two thread hand-offs; it has
+    MODEL_EXECUTION_TIMEOUT, not the inline limit, so it is not stopped and run again."""
+    from helpers.onnx_models import loop_model
+
+    srv = make_server(module_args=ISOLATED)
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", loop_model())
+    con.execute_command("AI.TENSORSET", "x", "FLOAT", 1, "VALUES", 2)
+    con.execute_command("AI.TENSORSET", "n", "INT64", "VALUES", 200000)
+    before = con.info("ai")
+    for _ in range(5):
+        assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "n", "x", "OUTPUTS", 1, "y") == b"OK"
+        assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [b"200002"]
+    after = con.info("ai")
+    assert after["ai_inline_runs"] - before["ai_inline_runs"] == 5, (before, after)
+    assert after["ai_queued_runs"] == before["ai_queued_runs"], (before, after)
+    info = con.execute_command("AI.INFO", "m")
+    stats = dict(zip(info[::2], info[1::2]))
+    assert stats[b"duration"] / stats[b"calls"] > 1000, stats  # µs: past the inline limit (1 ms), not stopped

@@ -83,11 +83,33 @@ pub fn bind_keys(c: &Cmd, plan: &mut Plan, inputs: &[&[u8]], outputs: &[&[u8]]) 
 }
 
 /// Runs the plan and answers with `reply`: inline on the main thread when the plan is known to be short
-/// (exec/inline.rs), else on the workers while the client is blocked.
+/// (exec/inline.rs), posted to its worker process when it runs in one (isolation/post.rs), else on the workers
+/// while the client is blocked.
 pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(Ctx<'_>, &Run)) -> Result<()> {
     let event = latency::event_of(c.args[0]);
-    if let Some(limit) = inline_limit(&plan) {
-        match Run::run_inline(plan, limit) {
+    let post = Run::posts(&plan) && Blocked::check_can_block(c.ctx).is_ok() && !Blocked::from_replication(c.ctx);
+    match skip_queue(&plan, post) {
+        // Posted: the main thread goes on. A run not known to be short is posted only while no other posted run
+        // is in flight (one client's runs, say); under load it takes the queue, whose threads run in parallel.
+        Some(limit) if post && (limit.is_some() || !crate::isolation::posted_in_flight()) => {
+            let blocked = Blocked::new(c.ctx)?;
+            Run::post_inline(plan, limit, move |ran| match ran {
+                Ok(run) => {
+                    inline::count(true);
+                    blocked.complete(move |ctx| {
+                        reply(ctx, &run);
+                        latency::record(ctx, event, run.age());
+                    })
+                }
+                // Stopped at the limit, or not posted: it runs on the workers as if it had not started. A queue
+                // that cannot take it drops `blocked`, which answers the client with an error.
+                Err(plan) => {
+                    let _ = queue(*plan, blocked, reply, event);
+                }
+            });
+            return Ok(());
+        }
+        Some(Some(limit)) => match Run::run_inline(plan, limit) {
             Ok(run) => {
                 inline::count(true);
                 reply(c.ctx, &run);
@@ -96,10 +118,15 @@ pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(Ctx<'_>, &Run)) -> Result<()>
             }
             // Stopped at the limit: it runs on the workers as if it had not started.
             Err(p) => plan = *p,
-        }
+        },
+        _ => {}
     }
+    queue(plan, Blocked::new(c.ctx)?, reply, event)
+}
+
+/// Runs the plan on the workers; `blocked` is answered once it is done.
+fn queue(plan: Plan, blocked: Blocked, reply: fn(Ctx<'_>, &Run), event: &'static std::ffi::CStr) -> Result<()> {
     inline::count(false);
-    let blocked = Blocked::new(c.ctx)?;
     Run::submit(plan, queues(), move |run| {
         blocked.complete(move |ctx| {
             reply(ctx, &run);
@@ -108,9 +135,11 @@ pub fn run_plan(c: &Cmd, mut plan: Plan, reply: fn(Ctx<'_>, &Run)) -> Result<()>
     })
 }
 
-/// How long the plan may run inline, if it may: every op runs a model that can be stopped early, on a CPU
-/// queue with nothing queued, without batching, and the models' recent runs are short (exec/inline.rs).
-fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
+/// Whether the plan may skip its queue (`None`: not): every op runs a model that can be stopped early (or the
+/// run is posted: the main thread does not wait for it), on a CPU queue with nothing queued, without batching,
+/// and INLINE_THRESHOLD is not 0. Then how long it may run inline: `Some` when the models' recent runs are short
+/// (exec/inline.rs).
+fn skip_queue(plan: &Plan, posted: bool) -> Option<Option<std::time::Duration>> {
     let threshold = CONFIG.read().inline_threshold_us;
     if threshold == 0 {
         return None;
@@ -120,7 +149,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
         let OpKind::Model { model, inputs, .. } = &op.kind else { return None };
         let eligible = model.spec.batch.size == 0
             && model.spec.device.kind == DeviceKind::Cpu
-            && model.built().is_some_and(|m| m.is_ok_and(|m| m.stops_early()))
+            && model.built().is_some_and(|m| m.is_ok_and(|m| posted || m.stops_early()))
             && crate::exec::model_queue(model).is_ok_and(|q| q.is_idle());
         if !eligible {
             return None;
@@ -130,7 +159,7 @@ fn inline_limit(plan: &Plan) -> Option<std::time::Duration> {
             inputs.iter().map(|s| plan.loaded.iter().find(|(l, _)| l == s).map(|(_, t)| t.data().len() as u64)).sum();
         ops.push((&model.history, known));
     }
-    inline::may_run_inline(ops, threshold).then(|| inline::inline_limit(threshold))
+    Some(inline::may_run_inline(ops, threshold).then(|| inline::inline_limit(threshold)))
 }
 
 /// `OK` after storing the outputs, `TIMEDOUT`, or the op's error.

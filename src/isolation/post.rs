@@ -1,0 +1,132 @@
+//! Runs posted without waiting (docs/design.md, "Isolated execution"): Redis's main thread writes a short run's
+//! request to a posted lane of its worker, rings the worker's bell, and goes on with the next command while the
+//! client is blocked. One thread of the worker serves the posted lanes and writes an eventfd once it has
+//! answered; the main thread collects the answers when that eventfd is readable and before Redis sleeps. No
+//! thread on either side waits for one request, and the worker's thread is woken once per burst, not per run.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::lane::{self, Lane};
+use super::supervisor::Process;
+use super::wire::{self, Reader, Writer};
+use crate::backends::{PostDone, Posted};
+use crate::error::Error;
+
+/// Set once Redis's event loop watches the eventfd (`enable`); nothing is posted before.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Posting starts: the eventfd is watched by Redis's event loop, and `collect` runs before Redis sleeps.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Release);
+}
+
+struct Pending {
+    process: Arc<Process>,
+    lane: Lane,
+    late: Late,
+    /// `None` once given up on.
+    done: Option<PostDone>,
+}
+
+/// What to do about a posted run its worker has not answered in time.
+pub enum Late {
+    /// Queue it instead, once this has passed (as an inline run that waits on its lane gives up at its
+    /// deadline); its lane comes back once the worker has answered.
+    GiveUp(Instant),
+    /// Kill the worker once this has passed (the run overran its kill switch: stuck in the backend); the run
+    /// then fails with the kill switch's error.
+    Kill(Instant),
+    Killed,
+}
+
+/// The posted runs not yet collected (touched by the main thread only; a lock, as statics need).
+static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+
+/// Posts a model run: `write` writes its request on a posted lane of `process`; `done` gets the answer on
+/// the main thread (`collect`), or `NotPosted` at once.
+pub fn post(process: &Arc<Process>, late: Late, write: impl FnOnce(&mut Writer<Lane>), done: PostDone) {
+    let notify = match super::notifier::notifier() {
+        Some(fd) if ENABLED.load(Ordering::Acquire) => fd,
+        _ => return done(Posted::NotPosted),
+    };
+    let Ok(mut lane) = process.posted_lane(notify) else { return done(Posted::NotPosted) };
+    if super::request::write_request(process, &mut lane, write).is_err() || lane.pass(lane::REQUEST).is_err() {
+        process.give_posted(lane);
+        return done(Posted::NotPosted);
+    }
+    process.ring();
+    PENDING.lock().push(Pending { process: process.clone(), lane, late, done: Some(done) });
+}
+
+/// Whether posted runs wait for their answer (main thread).
+pub fn in_flight() -> bool {
+    !PENDING.lock().is_empty()
+}
+
+/// Hands each posted run that has an answer (or whose worker died) to its `done`, and each one past its time
+/// to give up on as `Stopped` (main thread: before Redis sleeps, and with `drain` when the eventfd is readable).
+pub fn collect(drain: bool) {
+    if drain {
+        super::notifier::drain();
+    }
+    let mut answered = Vec::new();
+    let mut late = Vec::new();
+    {
+        let mut pending = PENDING.lock();
+        if pending.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        while i < pending.len() {
+            let p = &mut pending[i];
+            if p.lane.state() != lane::REQUEST {
+                answered.push(pending.swap_remove(i));
+                continue;
+            }
+            match p.late {
+                Late::GiveUp(at) if now > at => late.extend(p.done.take()),
+                Late::Kill(at) if now > at => {
+                    p.late = Late::Killed;
+                    p.process.kill();
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    for done in late {
+        done(Posted::Stopped);
+    }
+    for mut p in answered {
+        let outcome = match p.late {
+            Late::Killed => Posted::Ran(Err(super::request::killed_at_kill_switch())),
+            _ => read(&p.process, &mut p.lane),
+        };
+        p.process.give_posted(p.lane);
+        if let Some(done) = p.done {
+            done(outcome);
+        }
+    }
+}
+
+fn read(process: &Process, lane: &mut Lane) -> Posted {
+    match lane.state() {
+        lane::REPLY => {}
+        lane::DEAD => return Posted::Ran(Err(process.exit_error())),
+        _ => return Posted::Ran(Err(Error::Internal("a backend worker broke the lane's protocol".into()))),
+    }
+    let (map, len) = match lane.message() {
+        Ok(m) => m,
+        Err(e) => return Posted::Ran(Err(e)),
+    };
+    let mut r = Reader::new(&map.data()[..len]);
+    if r.peek() == Some(wire::STOPPED) {
+        return Posted::Stopped;
+    }
+    Posted::Ran(r.status().and_then(|()| super::request::read_run(&mut r)))
+}
