@@ -33,6 +33,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.environ.get("REDISAI_MODULE", os.path.join(ROOT, "target/release/libredisai.so"))
+# Load-time arguments every module server of the run gets (--module-args), e.g. EXECUTION_MODE ISOLATED.
+MODULE_ARGS = []
 ONNX_LIB = os.environ.get("REDISAI_ONNX_LIB")
 TF_LIB = os.environ.get("REDISAI_TF_LIB")
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
@@ -52,7 +54,7 @@ class Server:
         args = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", self.dir, "--logfile", os.path.join(self.dir, "log")]
         if module:
-            args += ["--loadmodule", MODULE] + (["ONNX", ONNX_LIB] if ONNX_LIB else []) + list(extra)
+            args += ["--loadmodule", MODULE] + (["ONNX", ONNX_LIB] if ONNX_LIB else []) + MODULE_ARGS + list(extra)
         self.proc = subprocess.Popen(args)
         for _ in range(3000):  # 30 s: a cold start loads TensorFlow's libraries from disk
             if self.cli("PING", check=False) == "PONG":
@@ -657,7 +659,10 @@ def main():
     ap.add_argument("--latency-runs", type=int, default=1000)
     ap.add_argument("--only", help="run one benchmark: latency, latency-intra1, execute, idle, dag, devices, batching, memory, blob, tf, "
                                    "heavy1")
+    ap.add_argument("--module-args", default="", help="load-time arguments for every module server, e.g. "
+                                                      "'EXECUTION_MODE ISOLATED'")
     a = ap.parse_args()
+    MODULE_ARGS.extend(a.module_args.split())
     if not os.path.exists(MODULE):
         sys.exit(f"module not built: {MODULE}")
     benches = {
