@@ -474,3 +474,19 @@ pub fn rss(pid: i32) -> u64 {
     // SAFETY: sysconf reads a constant.
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_executable_s_environment_holds_what_getenv_sees() {
+        // A variable of this test's own (std's environment lock orders it with other tests' reads).
+        std::env::set_var("TF_REDISAI_SUPERVISOR_TEST", "7");
+        let vars = executable_environment();
+        let found = vars.iter().find(|(k, _)| k == "TF_REDISAI_SUPERVISOR_TEST").map(|(_, v)| v.clone());
+        assert_eq!(found.as_deref(), Some(std::ffi::OsStr::new("7")), "{} variables read", vars.len());
+        assert!(backend_variable(std::ffi::OsStr::new("TF_REDISAI_SUPERVISOR_TEST")));
+        assert!(!backend_variable(std::ffi::OsStr::new("AWS_SECRET_ACCESS_KEY")), "not a backend's");
+    }
+}
