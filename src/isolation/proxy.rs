@@ -58,8 +58,7 @@ impl Remote {
     /// One request on a lane of the running worker, loading the model there first when it is new to it.
     fn call<R>(
         &self,
-        limit: Duration,
-        deadline: Instant,
+        (limit, deadline, spin): (Duration, Instant, Duration),
         write: impl FnOnce(&mut Writer<Lane>),
         read: impl FnOnce(&mut Reader) -> Result<R>,
     ) -> Result<R> {
@@ -78,7 +77,7 @@ impl Remote {
             }
             // A backend may overrun its kill switch a little (TensorFlow retries a failed allocation for 10 s):
             // the worker is killed only after the limit again and GRACE.
-            exchange(&process, &mut lane, (deadline + limit + GRACE, Overrun::Kill, SPIN), write, read)
+            exchange(&process, &mut lane, (deadline + limit + GRACE, Overrun::Kill, spin), write, read)
         })();
         process.give(lane);
         result
@@ -236,14 +235,14 @@ pub fn load_model(kind: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<B
     process.give(lane);
     let (inputs, outputs) = names?;
     process.loaded.lock().insert(remote.id);
-    Ok(Box::new(RemoteModel { remote, inputs, outputs }))
+    Ok(Box::new(RemoteModel { remote, inputs, outputs, last_run_us: AtomicU64::new(0) }))
 }
 
 /// Compiles a script in its worker.
 pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedScript>> {
     let source = Source::Script { source: spec.source.clone(), entry_points: spec.entry_points.clone() };
     let remote = Remote::new(BackendKind::Torch, device.clone(), source);
-    remote.call(LOAD_LIMIT, Instant::now(), |w| remote.write_load(w), |_| Ok(()))?;
+    remote.call((LOAD_LIMIT, Instant::now(), SPIN), |w| remote.write_load(w), |_| Ok(()))?;
     Ok(Box::new(RemoteScript { remote }))
 }
 
@@ -251,6 +250,28 @@ struct RemoteModel {
     remote: Remote,
     inputs: Vec<String>,
     outputs: Vec<String>,
+    /// How long its last run took in the worker (µs): a thread that waits for a run expected to take longer than
+    /// SPIN sleeps at once. Polling then would only keep its core busy at the moment the worker's thread is woken,
+    /// and the scheduler would put that thread on a core that is already computing (two devices' runs then
+    /// share one core for a scheduler tick: docs/benchmarks.md, "Two devices").
+    last_run_us: AtomicU64,
+}
+
+impl RemoteModel {
+    fn spin(&self) -> Duration {
+        if self.last_run_us.load(Ordering::Relaxed) < SPIN.as_micros() as u64 {
+            SPIN
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    fn ran(&self, report: Result<RunReport>) -> Result<RunReport> {
+        if let Ok(RunReport { run_us: Some(us), .. }) = &report {
+            self.last_run_us.store(*us, Ordering::Relaxed);
+        }
+        report
+    }
 }
 
 /// A model run's request: its tensors, then its time (`left`: what was left of it when the request was made);
@@ -273,7 +294,12 @@ impl LoadedModel for RemoteModel {
         // The model's callbacks are served on this thread, for the request's caller.
         let _caller = crate::caller::Scope::new(req.caller);
         let left = req.deadline.saturating_duration_since(Instant::now());
-        self.remote.call(req.limit(), req.deadline, |w| write_run(w, self.remote.id, req, left, false), read_run)
+        let report = self.remote.call(
+            (req.limit(), req.deadline, self.spin()),
+            |w| write_run(w, self.remote.id, req, left, false),
+            read_run,
+        );
+        self.ran(report)
     }
 
     /// ONNX models run inline on Redis's main thread as in this process (exec/inline.rs), the main thread
@@ -345,8 +371,7 @@ impl LoadedScript for RemoteScript {
         let limit = crate::config::CONFIG.read().execution_limit();
         let left = req.deadline.saturating_duration_since(Instant::now());
         let (copy_us, _, outputs) = self.remote.call(
-            limit,
-            req.deadline,
+            (limit, req.deadline, SPIN),
             |w| {
                 w.u8(wire::RUN_SCRIPT)
                     .u64(self.remote.id)

@@ -143,11 +143,28 @@ fn serve_posted(bell: &lane::Bell, notify: &OwnedFd, new: &crossbeam_channel::Re
     }
 }
 
+thread_local! {
+    /// How long this thread's last run took (µs).
+    static LAST_RUN_US: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How long a lane's thread polls for the next request after a run that took `run_us`: not at all after a
+/// long one. Its requests come that far apart anyway, and a thread that polls keeps its core busy when another
+/// worker's thread is woken, so the scheduler puts that one on a core that is already computing (proxy.rs's
+/// `RemoteModel::spin`, the same on Redis's side).
+fn spin_after(run_us: u64) -> Duration {
+    if run_us < SPIN.as_micros() as u64 {
+        SPIN
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// One lane's thread: a request, its reply, until the lane dies.
 fn serve(mut lane: Lane) {
     let mut from = lane::IDLE;
     loop {
-        match lane.wait(from, SPIN, None) {
+        match lane.wait(from, spin_after(LAST_RUN_US.get()), None) {
             Some(lane::REQUEST) => {}
             _ => return,
         }
@@ -246,6 +263,7 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
                 with_lane(lane, || model.execute(&req))?
             };
             let run_us = began.elapsed().as_micros() as u64;
+            LAST_RUN_US.set(run_us);
             Ok(Reply::Write(Box::new(move |lane| {
                 let outs: Vec<&Tensor> = report.outputs.iter().collect();
                 Writer(lane).u64(report.copy_us).u64(run_us).tensors(&outs);
@@ -274,6 +292,7 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
             let began = std::time::Instant::now();
             let report = with_lane(lane, || script.execute(&req))?;
             let run_us = began.elapsed().as_micros() as u64;
+            LAST_RUN_US.set(run_us);
             Ok(Reply::Write(Box::new(move |lane| {
                 let outs: Vec<&Tensor> = report.outputs.iter().collect();
                 Writer(lane).u64(report.copy_us).u64(run_us).tensors(&outs);
