@@ -231,82 +231,39 @@ impl Run {
         Ok(run)
     }
 
-    /// Whether `post_inline` may post the plan: one model op, of a model whose backend takes posted runs (a
-    /// worker process).
+    /// Whether `post_inline` may post the plan: model ops only, each of a model whose backend takes posted runs
+    /// (a worker process), and no DAG TIMEOUT (a posted op waits in no queue).
     pub fn posts(plan: &Plan) -> bool {
-        match plan.ops.as_slice() {
-            [op] => matches!(&op.kind, OpKind::Model { model, .. } if model.loaded().is_ok_and(|m| m.posts())),
-            _ => false,
-        }
+        plan.timeout.is_none()
+            && !plan.ops.is_empty()
+            && plan
+                .ops
+                .iter()
+                .all(|op| matches!(&op.kind, OpKind::Model { model, .. } if model.loaded().is_ok_and(|m| m.posts())))
     }
 
-    /// `run_inline` without waiting, for a plan that `posts`: the run is posted to its worker
-    /// (isolation/post.rs) and `done` gets the finished run later, on Redis's main thread, or the plan when the
-    /// run was stopped at `limit` or could not be posted (the caller queues it). Without a limit (a run not
-    /// known to be short), or for a model that cannot be stopped early, the run has MODEL_EXECUTION_TIMEOUT, as
-    /// on a queue. Statistics as `run_inline`'s.
+    /// `run_inline` without waiting, for a plan that `posts`: each op is posted to its worker
+    /// (isolation/post.rs) once its inputs are there, so that ops on different devices run at once, and `done`
+    /// gets the finished run later, on Redis's main thread, or the plan when an op was stopped at `limit` or
+    /// could not be posted (the caller queues the whole plan: model runs have no side effects). Without a limit
+    /// (a run not known to be short), or for a model that cannot be stopped early, an op has
+    /// MODEL_EXECUTION_TIMEOUT, as on a queue. Statistics as `run_inline`'s: recorded once the run is finished.
     pub fn post_inline(
         plan: Plan,
         limit: Option<std::time::Duration>,
         done: impl FnOnce(std::result::Result<Run, Box<Plan>>) + Send + 'static,
     ) {
-        let run = Run::finished(plan);
-        let (model, inputs, outputs) = match run.plan.ops.as_slice() {
-            [op] => match &op.kind {
-                OpKind::Model { model, inputs, outputs } => (model.clone(), inputs, outputs.clone()),
-                _ => return done(Err(Box::new(run.plan))),
-            },
-            _ => return done(Err(Box::new(run.plan))),
-        };
-        let loaded: Option<Tensors> = {
-            let st = run.state.lock();
-            inputs.iter().map(|&s| st.slots[s].clone()).collect()
-        };
-        let Ok(m) = model.loaded() else { return done(Err(Box::new(run.plan))) };
-        let within = limit.filter(|_| m.stops_early());
-        let Some(loaded) = loaded.filter(|l| within.is_none() || model.history.fits(input_bytes(l))) else {
-            return done(Err(Box::new(run.plan)));
-        };
-        let caller = run.plan.caller.clone();
-        let held = model.clone();
-        let refs: SmallVec<[&Tensor; 4]> = loaded.iter().map(|t| t.as_ref()).collect();
-        let start = Instant::now();
-        let limit = within.unwrap_or_else(|| crate::config::CONFIG.read().execution_limit());
-        let req = crate::backends::RunRequest { inputs: &refs, caller: &caller, start, deadline: start + limit };
-        let inputs = loaded.clone();
-        m.post(
-            &req,
-            within.is_some(),
-            Box::new(move |outcome| {
-                let result = match outcome {
-                    Posted::Ran(result) => result,
-                    Posted::Stopped => {
-                        held.history.record_stopped(start.elapsed().as_micros() as u64);
-                        return done(Err(Box::new(run.plan)));
-                    }
-                    Posted::NotPosted => return done(Err(Box::new(run.plan))),
-                };
-                let (result, sample) =
-                    op::model_result(result, outputs.len(), start.elapsed().as_micros() as u64, &inputs);
-                {
-                    let mut st = run.state.lock();
-                    match result {
-                        Ok(outs) => {
-                            for (&s, t) in outputs.iter().zip(outs) {
-                                st.slots[s] = Some(t);
-                            }
-                            st.outcomes[0] = OpOutcome::Done;
-                        }
-                        Err(e) => {
-                            st.outcomes[0] = OpOutcome::Failed(e);
-                            st.failed = true;
-                        }
-                    }
-                }
-                sample.record(&held, &Req::inline(run.created), Instant::now());
-                done(Ok(run))
-            }),
-        );
+        let posted = smallvec::smallvec![false; plan.ops.len()];
+        let posting = Arc::new(Mutex::new(Posting {
+            run: Some(Run::finished(plan)),
+            deadline: limit.map(|l| Instant::now() + l),
+            posted,
+            in_flight: 0,
+            stopped: false,
+            samples: SmallVec::new(),
+            done: Some(Box::new(done)),
+        }));
+        Posting::advance(&posting);
     }
 
     /// Hands the run to its completion. Takes the caller's `Arc` so that no worker keeps the run (and the
@@ -564,6 +521,152 @@ pub fn step_batch(entries: Vec<Entry>) {
     drop(model);
     for (entry, result) in entries.into_iter().zip(results) {
         entry.complete(result);
+    }
+}
+
+/// A plan whose ops are posted (`Run::post_inline`): what is posted, in flight and answered so far. Touched on
+/// Redis's main thread only (posting, and the answers `isolation::post::collect` hands over).
+struct Posting {
+    /// Taken when the run is finished.
+    run: Option<Run>,
+    /// When a known-short plan's ops are stopped (the inline limit); `None`: MODEL_EXECUTION_TIMEOUT per op.
+    deadline: Option<Instant>,
+    posted: SmallVec<[bool; 4]>,
+    in_flight: usize,
+    /// An op was stopped or could not be posted: the plan is queued once nothing is in flight.
+    stopped: bool,
+    samples: SmallVec<[(usize, Sample); 4]>,
+    done: Option<Box<dyn FnOnce(std::result::Result<Run, Box<Plan>>) + Send>>,
+}
+
+/// An op ready to post: its index, model, inputs and caller.
+type Ready = (usize, Arc<crate::model::Model>, Tensors, crate::caller::Caller);
+
+impl Posting {
+    /// Posts every op whose inputs are there (unless an op failed or stopped), then finishes the run if nothing
+    /// is left in flight. No lock is held while posting: an op that cannot be posted answers at once.
+    fn advance(p: &Arc<Mutex<Posting>>) {
+        let ready: SmallVec<[Ready; 4]> = {
+            let mut g = p.lock();
+            let g = &mut *g;
+            let mut ready: SmallVec<[Ready; 4]> = SmallVec::new();
+            if let Some(run) = g.run.as_ref().filter(|_| !g.stopped) {
+                let st = run.state.lock();
+                if !st.failed {
+                    for (i, op) in run.plan.ops.iter().enumerate() {
+                        let OpKind::Model { model, inputs, .. } = &op.kind else { continue };
+                        if g.posted[i] {
+                            continue;
+                        }
+                        let loaded: Option<Tensors> = inputs.iter().map(|&s| st.slots[s].clone()).collect();
+                        if let Some(loaded) = loaded {
+                            ready.push((i, model.clone(), loaded, run.plan.caller.clone()));
+                        }
+                    }
+                }
+            }
+            for (i, ..) in &ready {
+                g.posted[*i] = true;
+                g.in_flight += 1;
+            }
+            ready
+        };
+        let deadline = p.lock().deadline;
+        for op in ready {
+            Posting::post(p, op, deadline);
+        }
+        Posting::finish(p);
+    }
+
+    fn post(p: &Arc<Mutex<Posting>>, (i, model, inputs, caller): Ready, deadline: Option<Instant>) {
+        let Ok(m) = model.loaded() else {
+            return Posting::answered(p, i, &model, &inputs, Instant::now(), Posted::NotPosted);
+        };
+        let start = Instant::now();
+        let within = deadline.filter(|_| m.stops_early());
+        if within.is_some_and(|d| start >= d || !model.history.fits(input_bytes(&inputs))) {
+            return Posting::answered(p, i, &model, &inputs, start, Posted::NotPosted);
+        }
+        let end = within.unwrap_or_else(|| start + crate::config::CONFIG.read().execution_limit());
+        let refs: SmallVec<[&Tensor; 4]> = inputs.iter().map(|t| t.as_ref()).collect();
+        let req = crate::backends::RunRequest { inputs: &refs, caller: &caller, start, deadline: end };
+        let (p2, held, ins) = (p.clone(), model.clone(), inputs.clone());
+        m.post(&req, within.is_some(), Box::new(move |outcome| Posting::answered(&p2, i, &held, &ins, start, outcome)));
+    }
+
+    /// Op `i`'s answer: its outputs (or its failure) into the run, then the ops it made ready.
+    fn answered(
+        p: &Arc<Mutex<Posting>>,
+        i: usize,
+        model: &crate::model::Model,
+        inputs: &[Arc<Tensor>],
+        start: Instant,
+        outcome: Posted,
+    ) {
+        {
+            let mut g = p.lock();
+            let g = &mut *g;
+            g.in_flight -= 1;
+            match outcome {
+                Posted::Ran(result) => {
+                    let Some(run) = g.run.as_ref() else { return };
+                    let OpKind::Model { outputs, .. } = &run.plan.ops[i].kind else { return };
+                    let micros = start.elapsed().as_micros() as u64;
+                    let (result, sample) = op::model_result(result, outputs.len(), micros, inputs);
+                    let mut st = run.state.lock();
+                    match result {
+                        Ok(outs) => {
+                            for (&s, t) in outputs.iter().zip(outs) {
+                                st.slots[s] = Some(t);
+                            }
+                            st.outcomes[i] = OpOutcome::Done;
+                        }
+                        Err(e) => {
+                            st.outcomes[i] = OpOutcome::Failed(e);
+                            st.failed = true;
+                        }
+                    }
+                    drop(st);
+                    g.samples.push((i, sample));
+                }
+                Posted::Stopped => {
+                    model.history.record_stopped(start.elapsed().as_micros() as u64);
+                    g.stopped = true;
+                }
+                Posted::NotPosted => g.stopped = true,
+            }
+        }
+        Posting::advance(p);
+    }
+
+    /// Once nothing is in flight and nothing more can be posted: the finished run (its statistics recorded), or
+    /// the plan to queue when an op stopped (or an op could never be posted).
+    fn finish(p: &Arc<Mutex<Posting>>) {
+        let (run, stopped, samples, done) = {
+            let mut g = p.lock();
+            let Some(run) = g.run.as_ref() else { return };
+            if g.in_flight > 0 {
+                return;
+            }
+            let failed = run.state.lock().failed;
+            // Ops left unposted with nothing in flight: their inputs will never come (not in a checked plan);
+            // the queue then says what is wrong.
+            if !g.stopped && !failed && g.posted.iter().any(|&b| !b) {
+                g.stopped = true;
+            }
+            let (Some(run), Some(done)) = (g.run.take(), g.done.take()) else { return };
+            (run, g.stopped, std::mem::take(&mut g.samples), done)
+        };
+        if stopped {
+            return done(Err(Box::new(run.plan)));
+        }
+        let (req, now) = (Req::inline(run.created), Instant::now());
+        for (i, sample) in samples {
+            if let OpKind::Model { model, .. } = &run.plan.ops[i].kind {
+                sample.record(model, &req, now);
+            }
+        }
+        done(Ok(run))
     }
 }
 

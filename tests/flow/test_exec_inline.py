@@ -145,6 +145,9 @@ def calls(con, key):
     return dict(zip(info[::2], info[1::2]))[b"calls"]
 
 
+# The counts of inline and queued runs are this process's policy; isolated, a run not known to be short is also
+# posted while no other posted run is in flight (test_isolation.py).
+@pytest.mark.in_process
 def test_a_dag_of_short_model_runs_goes_inline(make_server, make_replica):
     master = make_server(module_args=list(SHORT))
     replica = make_replica(master)

@@ -373,3 +373,38 @@ def test_a_long_run_from_one_client_is_posted_too(make_server):
     info = con.execute_command("AI.INFO", "m")
     stats = dict(zip(info[::2], info[1::2]))
     assert stats[b"duration"] / stats[b"calls"] > 1000, stats  # µs: past the inline limit (1 ms), not stopped
+
+
+def test_a_dag_s_ops_are_posted_to_their_devices_workers(make_server, make_replica):
+    """Isolated, a DAG of model ops is posted op by op from Redis's main thread, each to its device's worker as
+    soon as its inputs are there (here a CPU op, then a CPU:1 op reading its output): the same replies, outputs,
+    statistics and replication as a queued DAG, and a failing op leaves the ops after it unrun."""
+    master = make_server(module_args=ISOLATED)
+    replica = make_replica(master)
+    c = master.client()
+    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    c.execute_command("AI.MODELSTORE", "m1", "ONNX", "CPU:1", "BLOB", blob("mul"))
+    set_tensor(c, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
+    args = ("LOAD", 1, "a", "PERSIST", 1, "d", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1,
+            "b", "|>", "AI.MODELEXECUTE", "m1", "INPUTS", 2, "b", "a", "OUTPUTS", 1, "d", "|>",
+            "AI.TENSORGET", "d", "VALUES")
+    before = c.info("ai")
+    replies = [c.execute_command("AI.DAGEXECUTE", *args) for _ in range(20)]
+    after = c.info("ai")
+    assert all(r == [b"OK", b"OK", [b"1", b"8", b"27", b"64"]] for r in replies), replies
+    assert after["ai_inline_runs"] - before["ai_inline_runs"] == 20, (before, after)  # posted, none queued
+    assert after["ai_queued_runs"] == before["ai_queued_runs"], (before, after)
+    for key in ("m", "m1"):
+        info = c.execute_command("AI.INFO", key)
+        assert dict(zip(info[::2], info[1::2]))[b"calls"] == 20, info
+    assert {"ai_worker_cpu_onnx", "ai_worker_cpu_1_onnx"} <= set(workers(c)), workers(c)
+    assert c.execute_command("WAIT", 1, 10000) == 1
+    np.testing.assert_array_equal(get_tensor(replica.client(), "d"), [[1.0, 8.0], [27.0, 64.0]])
+    # The second op fails (an INT32 input to a FLOAT model): the third is not run, the first's output is kept.
+    set_tensor(c, "i", np.array([[1, 2]], dtype=np.int32))
+    reply = c.execute_command("AI.DAGEXECUTE", "LOAD", 2, "a", "i", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2,
+                              "a", "a", "OUTPUTS", 1, "b", "|>", "AI.MODELEXECUTE", "m1", "INPUTS", 2, "b", "i",
+                              "OUTPUTS", 1, "e", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "e", "e", "OUTPUTS", 1,
+                              "f")
+    assert reply[0] == b"OK" and isinstance(reply[1], redis.ResponseError) and reply[2] == b"NA", reply
+    assert "Unexpected input data type" in str(reply[1])
