@@ -52,6 +52,22 @@ impl State {
             failed: false,
         }
     }
+
+    /// Op `op`'s result: its outputs into their slots, or its failure (which stops the run's later ops).
+    fn record(&mut self, op: usize, outputs: &[usize], result: Result<Tensors>) {
+        match result {
+            Ok(outs) => {
+                for (&s, t) in outputs.iter().zip(outs) {
+                    self.slots[s] = Some(t);
+                }
+                self.outcomes[op] = OpOutcome::Done;
+            }
+            Err(e) => {
+                self.outcomes[op] = OpOutcome::Failed(e);
+                self.failed = true;
+            }
+        }
+    }
 }
 
 pub struct Run {
@@ -203,18 +219,9 @@ impl Run {
                     }
                     Err(_) => Err(Error::Internal("internal error: the operation panicked".into())),
                 };
-                match result {
-                    Ok(outs) => {
-                        for (&s, t) in outputs.iter().zip(outs) {
-                            st.slots[s] = Some(t);
-                        }
-                        st.outcomes[i] = OpOutcome::Done;
-                    }
-                    Err(e) => {
-                        st.outcomes[i] = OpOutcome::Failed(e);
-                        st.failed = true;
-                        break;
-                    }
+                st.record(i, outputs, result);
+                if st.failed {
+                    break;
                 }
             }
             stopped
@@ -393,18 +400,7 @@ impl Entry {
             let run = &self.run;
             let op = &run.plan.ops[op_index];
             let mut st = run.state.lock();
-            match result {
-                Ok(outputs) => {
-                    for (&s, t) in op.outputs().iter().zip(outputs) {
-                        st.slots[s] = Some(t);
-                    }
-                    st.outcomes[op_index] = OpOutcome::Done;
-                }
-                Err(e) => {
-                    st.outcomes[op_index] = OpOutcome::Failed(e);
-                    st.failed = true;
-                }
-            }
+            st.record(op_index, op.outputs(), result);
             (std::mem::take(&mut st.parked), st.failed)
         };
         self.run.wake(parked);
@@ -536,8 +532,11 @@ struct Posting {
     /// An op was stopped or could not be posted: the plan is queued once nothing is in flight.
     stopped: bool,
     samples: SmallVec<[(usize, Sample); 4]>,
-    done: Option<Box<dyn FnOnce(std::result::Result<Run, Box<Plan>>) + Send>>,
+    done: Option<PostingDone>,
 }
+
+/// What a posted plan's caller gets: the finished run, or the plan to queue.
+type PostingDone = Box<dyn FnOnce(std::result::Result<Run, Box<Plan>>) + Send>;
 
 /// An op ready to post: its index, model, inputs and caller.
 type Ready = (usize, Arc<crate::model::Model>, Tensors, crate::caller::Caller);
@@ -613,20 +612,7 @@ impl Posting {
                     let OpKind::Model { outputs, .. } = &run.plan.ops[i].kind else { return };
                     let micros = start.elapsed().as_micros() as u64;
                     let (result, sample) = op::model_result(result, outputs.len(), micros, inputs);
-                    let mut st = run.state.lock();
-                    match result {
-                        Ok(outs) => {
-                            for (&s, t) in outputs.iter().zip(outs) {
-                                st.slots[s] = Some(t);
-                            }
-                            st.outcomes[i] = OpOutcome::Done;
-                        }
-                        Err(e) => {
-                            st.outcomes[i] = OpOutcome::Failed(e);
-                            st.failed = true;
-                        }
-                    }
-                    drop(st);
+                    run.state.lock().record(i, outputs, result);
                     g.samples.push((i, sample));
                 }
                 Posted::Stopped => {

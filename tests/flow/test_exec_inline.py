@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import redis
 
-from helpers.onnx_models import blob, get_tensor, loop_model, modules_info, set_tensor
+from helpers.onnx_models import (TWO_DEVICE_DAG, TWO_DEVICE_DAG_REPLY, blob, get_tensor, loop_model, modules_info,
+                                 set_tensor, two_device_dag)
 
 
 def runs(server):
@@ -152,20 +153,14 @@ def test_a_dag_of_short_model_runs_goes_inline(make_server, make_replica):
     master = make_server(module_args=list(SHORT))
     replica = make_replica(master)
     c = master.client()
-    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
-    c.execute_command("AI.MODELSTORE", "m1", "ONNX", "CPU:1", "BLOB", blob("mul"))
-    set_tensor(c, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
-    # LOAD, a model op on CPU, one on CPU:1 reading the first one's output, TENSORGET and PERSIST.
-    args = ("LOAD", 1, "a", "PERSIST", 1, "d", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1,
-            "b", "|>", "AI.MODELEXECUTE", "m1", "INPUTS", 2, "b", "a", "OUTPUTS", 1, "d", "|>",
-            "AI.TENSORGET", "d", "VALUES")
+    two_device_dag(c)
     before = runs(master)
     # Enough runs for both models' averages to forget ONNX Runtime's slow first runs.
-    replies = [dag(c, *args) for _ in range(30)]
+    replies = [dag(c, *TWO_DEVICE_DAG) for _ in range(30)]
     inline, queued = (a - b for a, b in zip(runs(master), before))
     assert queued >= 3 and inline >= 1 and inline + queued == 30, (inline, queued)
     # The same reply whether the DAG ran on the workers or inline.
-    assert all(r == [b"OK", b"OK", [b"1", b"8", b"27", b"64"]] for r in replies), replies
+    assert all(r == TWO_DEVICE_DAG_REPLY for r in replies), replies
     assert calls(c, "m") == 30 and calls(c, "m1") == 30
     np.testing.assert_array_equal(get_tensor(c, "d"), [[1.0, 8.0], [27.0, 64.0]])
     assert c.execute_command("WAIT", 1, 10000) == 1

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import redis
 
-from helpers.onnx_models import blob, get_tensor, set_tensor
+from helpers.onnx_models import TWO_DEVICE_DAG, TWO_DEVICE_DAG_REPLY, blob, get_tensor, set_tensor, two_device_dag
 from helpers.server import MODULE_PATH
 from helpers.tf_graphs import DT_INT32, DT_STRING, a_type, const_str, graph_def, node_def, placeholder
 from helpers.torch_models import entry
@@ -382,16 +382,11 @@ def test_a_dag_s_ops_are_posted_to_their_devices_workers(make_server, make_repli
     master = make_server(module_args=ISOLATED)
     replica = make_replica(master)
     c = master.client()
-    c.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
-    c.execute_command("AI.MODELSTORE", "m1", "ONNX", "CPU:1", "BLOB", blob("mul"))
-    set_tensor(c, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
-    args = ("LOAD", 1, "a", "PERSIST", 1, "d", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1,
-            "b", "|>", "AI.MODELEXECUTE", "m1", "INPUTS", 2, "b", "a", "OUTPUTS", 1, "d", "|>",
-            "AI.TENSORGET", "d", "VALUES")
+    two_device_dag(c)
     before = c.info("ai")
-    replies = [c.execute_command("AI.DAGEXECUTE", *args) for _ in range(20)]
+    replies = [c.execute_command("AI.DAGEXECUTE", *TWO_DEVICE_DAG) for _ in range(20)]
     after = c.info("ai")
-    assert all(r == [b"OK", b"OK", [b"1", b"8", b"27", b"64"]] for r in replies), replies
+    assert all(r == TWO_DEVICE_DAG_REPLY for r in replies), replies
     assert after["ai_inline_runs"] - before["ai_inline_runs"] == 20, (before, after)  # posted, none queued
     assert after["ai_queued_runs"] == before["ai_queued_runs"], (before, after)
     for key in ("m", "m1"):

@@ -322,3 +322,18 @@ def check_common_sections(server, threads="1"):
     for k, val in cpu[:6]:
         assert FLOAT_FMT.match(val) or val == "N/A", (k, val)
     return fields
+
+
+# A DAG across two devices: LOAD, a model op on CPU (`m`), one on CPU:1 (`m1`) reading the first one's output,
+# TENSORGET and PERSIST. `two_device_dag(con)` stores both models and the input; the DAG's reply is
+# TWO_DEVICE_DAG_REPLY and its output `d` holds a**3.
+TWO_DEVICE_DAG = ("LOAD", 1, "a", "PERSIST", 1, "d", "|>", "AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1,
+                  "b", "|>", "AI.MODELEXECUTE", "m1", "INPUTS", 2, "b", "a", "OUTPUTS", 1, "d", "|>",
+                  "AI.TENSORGET", "d", "VALUES")
+TWO_DEVICE_DAG_REPLY = [b"OK", b"OK", [b"1", b"8", b"27", b"64"]]
+
+
+def two_device_dag(con):
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    con.execute_command("AI.MODELSTORE", "m1", "ONNX", "CPU:1", "BLOB", blob("mul"))
+    set_tensor(con, "a", np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
