@@ -238,15 +238,16 @@ impl Run {
         Ok(run)
     }
 
-    /// Whether `post_inline` may post the plan: model ops only, each of a model whose backend takes posted runs
-    /// (a worker process), and no DAG TIMEOUT (a posted op waits in no queue).
+    /// Whether `post_inline` may post the plan: model ops only, each of a model built (this runs on Redis's main
+    /// thread, which must not wait for a deferred build) by a backend that takes posted runs (a worker process),
+    /// and no DAG TIMEOUT (a posted op waits in no queue).
     pub fn posts(plan: &Plan) -> bool {
         plan.timeout.is_none()
             && !plan.ops.is_empty()
-            && plan
-                .ops
-                .iter()
-                .all(|op| matches!(&op.kind, OpKind::Model { model, .. } if model.loaded().is_ok_and(|m| m.posts())))
+            && plan.ops.iter().all(|op| {
+                matches!(&op.kind, OpKind::Model { model, .. }
+                    if model.built().is_some_and(|m| m.is_ok_and(|m| m.posts())))
+            })
     }
 
     /// `run_inline` without waiting, for a plan that `posts`: each op is posted to its worker

@@ -555,6 +555,34 @@ def test_model_whose_build_crashes_cannot_keep_the_server_down(server, monkeypat
     con.execute_command("AI.MODELEXECUTE", "crasher", "INPUTS", 1, "x", "OUTPUTS", 1, "y")
 
 
+@pytest.mark.module_args(*DEFERRED)
+def test_a_run_of_a_model_still_building_waits_off_the_main_thread(server):
+    """A MODELEXECUTE of a model whose deferred build is pending waits on a worker, not on Redis's main thread:
+    PING answers meanwhile (big_model(4096)'s build takes seconds)."""
+    from helpers.onnx_models import big_model
+
+    con = server.client()
+    big, a, _ = big_model(n=4096)
+    con.execute_command("AI.MODELSTORE", "big", "ONNX", "CPU", "BLOB", big)
+    x = np.ones((1, a.shape[0]), dtype=np.float32)
+    set_tensor(con, "x", x)
+    assert con.save()
+    server.restart()
+    con = server.client()
+    reply = []
+    runner = threading.Thread(target=lambda: reply.append(server.client().execute_command(
+        "AI.MODELEXECUTE", "big", "INPUTS", 1, "x", "OUTPUTS", 1, "y")))
+    runner.start()
+    time.sleep(0.05)
+    start = time.monotonic()
+    assert con.ping()
+    ping_s = time.monotonic() - start
+    pending = _modules_field(server, "models_pending_build")
+    runner.join(timeout=60)
+    assert reply == [b"OK"], reply
+    assert (pending, ping_s < 0.25) == (1, True), (pending, ping_s)
+
+
 def test_without_deferred_build_models_are_built_while_loading(server):
     con = server.client()
     store(con, "m", "mul")
