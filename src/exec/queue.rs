@@ -132,7 +132,6 @@ impl<J: Job> Queue<J> {
     pub fn push_back(self: &Arc<Self>, mut e: J) {
         e.mark_queued();
         self.deque.lock().push_back(e);
-        self.pushed.fetch_add(1, Ordering::Release);
         self.signal();
     }
 
@@ -140,11 +139,12 @@ impl<J: Job> Queue<J> {
     pub fn push_front(self: &Arc<Self>, mut e: J) {
         e.mark_queued();
         self.deque.lock().push_front(e);
-        self.pushed.fetch_add(1, Ordering::Release);
         self.signal();
     }
 
+    /// An entry was pushed: counted for polling workers, and its queue's workers woken (or to be).
     fn signal(self: &Arc<Self>) {
+        self.pushed.fetch_add(1, Ordering::Release);
         if DEFER.with(Cell::get) {
             PUSHES.with(|p| p.set(p.get() + 1));
             if !self.wake_pending.swap(true, Ordering::AcqRel) {

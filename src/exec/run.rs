@@ -546,7 +546,7 @@ impl Posting {
     /// Posts every op whose inputs are there (unless an op failed or stopped), then finishes the run if nothing
     /// is left in flight. No lock is held while posting: an op that cannot be posted answers at once.
     fn advance(p: &Arc<Mutex<Posting>>) {
-        let ready: SmallVec<[Ready; 4]> = {
+        let (ready, deadline) = {
             let mut g = p.lock();
             let g = &mut *g;
             let mut ready: SmallVec<[Ready; 4]> = SmallVec::new();
@@ -569,9 +569,8 @@ impl Posting {
                 g.posted[*i] = true;
                 g.in_flight += 1;
             }
-            ready
+            (ready, g.deadline)
         };
-        let deadline = p.lock().deadline;
         for op in ready {
             Posting::post(p, op, deadline);
         }

@@ -203,6 +203,18 @@ impl Lane {
     }
 }
 
+/// How long a side polls for the lane's next turn after a run that took `run_us`: its `budget`, but not at all
+/// after a run longer than that. Its next turn is that far off anyway, and a thread that polls keeps its core busy
+/// just when another worker's thread is woken, so the scheduler queues that one on a core that is already
+/// computing (two devices' runs then shared one core for a scheduler tick: docs/benchmarks.md, "Two devices").
+pub fn spin_after(run_us: u64, budget: Duration) -> Duration {
+    if run_us < budget.as_micros() as u64 {
+        budget
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// A doorbell: a counter in a region of its own. Redis's main thread rings it after posting requests on lanes
 /// that one thread of the worker serves (post.rs); that thread sleeps on it when no lane has a request.
 pub struct Bell {

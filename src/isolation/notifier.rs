@@ -21,10 +21,15 @@ pub fn notifier() -> Option<&'static OwnedFd> {
 /// Makes it readable (a worker's exit: its posted runs are to be collected).
 pub fn notify() {
     if let Some(Some(fd)) = NOTIFY.get() {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live local to our eventfd.
-        unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        signal(fd);
     }
+}
+
+/// Makes an eventfd readable: this process's, or in a worker the copy Redis handed it.
+pub fn signal(fd: &OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a live local to an eventfd the caller holds.
+    unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
 }
 
 /// Empties it (the event loop's callback), so that it is readable again only once written again.

@@ -55,6 +55,11 @@ impl Remote {
         Remote { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), slot, device, source }
     }
 
+    /// The running worker, if it has this model or script loaded (else nothing on the main thread waits for one).
+    fn loaded_process(&self) -> Option<Arc<Process>> {
+        self.slot.current().filter(|p| p.loaded.lock().contains(&self.id))
+    }
+
     /// One request on a lane of the running worker, loading the model there first when it is new to it.
     fn call<R>(
         &self,
@@ -250,20 +255,14 @@ struct RemoteModel {
     remote: Remote,
     inputs: Vec<String>,
     outputs: Vec<String>,
-    /// How long its last run took in the worker (µs): a thread that waits for a run expected to take longer than
-    /// SPIN sleeps at once. Polling then would only keep its core busy at the moment the worker's thread is woken,
-    /// and the scheduler would put that thread on a core that is already computing (two devices' runs then
-    /// share one core for a scheduler tick: docs/benchmarks.md, "Two devices").
+    /// How long its last run took in the worker (µs): how long a thread waiting for its next run polls
+    /// (`lane::spin_after`).
     last_run_us: AtomicU64,
 }
 
 impl RemoteModel {
     fn spin(&self) -> Duration {
-        if self.last_run_us.load(Ordering::Relaxed) < SPIN.as_micros() as u64 {
-            SPIN
-        } else {
-            Duration::ZERO
-        }
+        lane::spin_after(self.last_run_us.load(Ordering::Relaxed), SPIN)
     }
 
     fn ran(&self, report: Result<RunReport>) -> Result<RunReport> {
@@ -311,10 +310,7 @@ impl LoadedModel for RemoteModel {
     /// The run, if the worker answers by the deadline; `None` (queue it) when it does not, or when the worker
     /// would first have to start or load the model (nothing on the main thread waits for that).
     fn execute_within(&self, req: &RunRequest) -> Option<Result<RunReport>> {
-        let process = self.remote.slot.current()?;
-        if !process.loaded.lock().contains(&self.remote.id) {
-            return None;
-        }
+        let process = self.remote.loaded_process()?;
         let mut lane = process.lane().ok()?;
         let left = req.deadline.saturating_duration_since(Instant::now());
         let late = std::cell::Cell::new(false);
@@ -341,10 +337,7 @@ impl LoadedModel for RemoteModel {
     /// As `execute_within` or `execute`, on a posted lane (post.rs); a model the worker has not loaded is not
     /// posted.
     fn post(&self, req: &RunRequest, within: bool, done: PostDone) {
-        let process = match self.remote.slot.current() {
-            Some(p) if p.loaded.lock().contains(&self.remote.id) => p,
-            _ => return done(Posted::NotPosted),
-        };
+        let Some(process) = self.remote.loaded_process() else { return done(Posted::NotPosted) };
         let left = req.deadline.saturating_duration_since(Instant::now());
         // Within: it answers STOPPED at the deadline, which the worker counts from when it reads the request, so
         // a run waiting behind others there is given the limit again before it is run elsewhere. Else it runs

@@ -54,6 +54,11 @@ impl Process {
                 return Ok(waiting.swap_remove(i));
             }
         }
+        self.new_lane(b"L")
+    }
+
+    /// A new lane handed to the worker with `tag` (`L`: a thread of its own, `P`: the posted lanes' thread).
+    fn new_lane(&self, tag: &[u8]) -> Result<Lane> {
         let mut killers = self.killers.lock();
         if let Some(why) = self.exit.lock().as_ref() {
             return Err(exited(why));
@@ -62,7 +67,7 @@ impl Process {
             return Err(Error::Unavailable("too many requests wait on one backend worker".into()));
         }
         let lane = Lane::create()?;
-        channel::send(&self.channel, b"L", Some(lane.fd()))?;
+        channel::send(&self.channel, tag, Some(lane.fd()))?;
         killers.push(lane.killer());
         Ok(lane)
     }
@@ -73,24 +78,16 @@ impl Process {
         if let Some(l) = self.posted.lock().pop() {
             return Ok(l);
         }
-        let mut killers = self.killers.lock();
-        if let Some(why) = self.exit.lock().as_ref() {
-            return Err(exited(why));
+        {
+            let mut bell = self.bell.lock();
+            if bell.is_none() {
+                let b = Bell::create()?;
+                channel::send(&self.channel, b"B", Some(b.fd()))?;
+                channel::send(&self.channel, b"E", Some(notify))?;
+                *bell = Some(b);
+            }
         }
-        if killers.len() >= MAX_LANES {
-            return Err(Error::Unavailable("too many requests wait on one backend worker".into()));
-        }
-        let mut bell = self.bell.lock();
-        if bell.is_none() {
-            let b = Bell::create()?;
-            channel::send(&self.channel, b"B", Some(b.fd()))?;
-            channel::send(&self.channel, b"E", Some(notify))?;
-            *bell = Some(b);
-        }
-        let lane = Lane::create()?;
-        channel::send(&self.channel, b"P", Some(lane.fd()))?;
-        killers.push(lane.killer());
-        Ok(lane)
+        self.new_lane(b"P")
     }
 
     /// Tells the posted lanes' thread that a lane holds a request.

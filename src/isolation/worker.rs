@@ -4,7 +4,7 @@
 //! Redis on the same lane.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,9 +134,7 @@ fn serve_posted(bell: &lane::Bell, notify: &OwnedFd, new: &crossbeam_channel::Re
             _ => true,
         });
         if answered {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writes 8 bytes from a live local to the eventfd Redis gave this process.
-            unsafe { libc::write(notify.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+            super::notifier::signal(notify);
             continue;
         }
         bell.wait(seen, SPIN);
@@ -148,23 +146,11 @@ thread_local! {
     static LAST_RUN_US: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// How long a lane's thread polls for the next request after a run that took `run_us`: not at all after a
-/// long one. Its requests come that far apart anyway, and a thread that polls keeps its core busy when another
-/// worker's thread is woken, so the scheduler puts that one on a core that is already computing (proxy.rs's
-/// `RemoteModel::spin`, the same on Redis's side).
-fn spin_after(run_us: u64) -> Duration {
-    if run_us < SPIN.as_micros() as u64 {
-        SPIN
-    } else {
-        Duration::ZERO
-    }
-}
-
 /// One lane's thread: a request, its reply, until the lane dies.
 fn serve(mut lane: Lane) {
     let mut from = lane::IDLE;
     loop {
-        match lane.wait(from, spin_after(LAST_RUN_US.get()), None) {
+        match lane.wait(from, lane::spin_after(LAST_RUN_US.get(), SPIN), None) {
             Some(lane::REQUEST) => {}
             _ => return,
         }
@@ -253,21 +239,10 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
             let model = MODELS.read().as_ref().and_then(|m| m.get(&id).cloned()).ok_or_else(not_loaded)?;
             let refs: Vec<&Tensor> = inputs.iter().collect();
             let req = RunRequest { inputs: &refs, caller: &caller, start, deadline };
-            let began = std::time::Instant::now();
-            let report = if within {
-                match with_lane(lane, || model.execute_within(&req)) {
-                    Some(report) => report?,
-                    None => return Ok(Reply::Stopped),
-                }
-            } else {
-                with_lane(lane, || model.execute(&req))?
-            };
-            let run_us = began.elapsed().as_micros() as u64;
-            LAST_RUN_US.set(run_us);
-            Ok(Reply::Write(Box::new(move |lane| {
-                let outs: Vec<&Tensor> = report.outputs.iter().collect();
-                Writer(lane).u64(report.copy_us).u64(run_us).tensors(&outs);
-            })))
+            run_answer(lane, || {
+                let report = if within { model.execute_within(&req)? } else { model.execute(&req) };
+                Some(report.map(|r| (r.copy_us, r.outputs)))
+            })
         }
         wire::RUN_SCRIPT => {
             let id = r.u64()?;
@@ -289,14 +264,7 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
                 caller: &caller,
                 deadline,
             };
-            let began = std::time::Instant::now();
-            let report = with_lane(lane, || script.execute(&req))?;
-            let run_us = began.elapsed().as_micros() as u64;
-            LAST_RUN_US.set(run_us);
-            Ok(Reply::Write(Box::new(move |lane| {
-                let outs: Vec<&Tensor> = report.outputs.iter().collect();
-                Writer(lane).u64(report.copy_us).u64(run_us).tensors(&outs);
-            })))
+            run_answer(lane, || Some(script.execute(&req).map(|r| (r.copy_us, r.outputs))))
         }
         wire::INFO => {
             drop(map);
@@ -321,6 +289,23 @@ thread_local! {
 }
 
 /// Runs `f` with `lane` as the thread's callback lane.
+/// A model's or script's run on this lane (`None`: it stopped at its deadline) and its answer: the copy time, the
+/// run's time (which also sets how long this thread then polls: `LAST_RUN_US`) and the outputs.
+fn run_answer<O: std::ops::Deref<Target = [Tensor]> + 'static>(
+    lane: &mut Lane,
+    run: impl FnOnce() -> Option<Result<(u64, O)>>,
+) -> Result<Reply> {
+    let began = std::time::Instant::now();
+    let Some(ran) = with_lane(lane, run) else { return Ok(Reply::Stopped) };
+    let (copy_us, outputs) = ran?;
+    let run_us = began.elapsed().as_micros() as u64;
+    LAST_RUN_US.set(run_us);
+    Ok(Reply::Write(Box::new(move |lane| {
+        let outs: Vec<&Tensor> = outputs.iter().collect();
+        Writer(lane).u64(copy_us).u64(run_us).tensors(&outs);
+    })))
+}
+
 fn with_lane<R>(lane: &mut Lane, f: impl FnOnce() -> R) -> R {
     struct Reset;
     impl Drop for Reset {
