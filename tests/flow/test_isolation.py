@@ -387,8 +387,11 @@ def test_a_dag_s_ops_are_posted_to_their_devices_workers(make_server, make_repli
     replies = [c.execute_command("AI.DAGEXECUTE", *TWO_DEVICE_DAG) for _ in range(20)]
     after = c.info("ai")
     assert all(r == TWO_DEVICE_DAG_REPLY for r in replies), replies
-    assert after["ai_inline_runs"] - before["ai_inline_runs"] == 20, (before, after)  # posted, none queued
-    assert after["ai_queued_runs"] == before["ai_queued_runs"], (before, after)
+    # Posted; once the models are known to be short their runs may be given up on at the inline limit and queued
+    # (a loaded machine: one of 20 was, once, on Valkey), as inline runs are.
+    posted = after["ai_inline_runs"] - before["ai_inline_runs"]
+    queued = after["ai_queued_runs"] - before["ai_queued_runs"]
+    assert posted >= 15 and posted + queued == 20, (posted, queued)
     for key in ("m", "m1"):
         info = c.execute_command("AI.INFO", key)
         assert dict(zip(info[::2], info[1::2]))[b"calls"] == 20, info
