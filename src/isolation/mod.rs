@@ -29,7 +29,9 @@ use crate::script_spec::ScriptSpec;
 
 pub use callbacks::{set_host, Host};
 pub use notifier::notifier as posted_notifier;
-pub use post::{collect as collect_posted, enable as enable_posting, in_flight as posted_in_flight};
+pub use post::{
+    collect as collect_posted, defer_rings, enable as enable_posting, in_flight as posted_in_flight, ring_deferred,
+};
 
 /// The worker executable's name, beside libredisai.so unless load-time `WORKER_PATH` says otherwise.
 pub const WORKER_NAME: &str = "redisai-worker";

@@ -58,8 +58,37 @@ pub fn post(process: &Arc<Process>, late: Late, write: impl FnOnce(&mut Writer<L
         process.give_posted(lane);
         return done(Posted::NotPosted);
     }
-    process.ring();
+    if DEFERRING.load(Ordering::Relaxed) {
+        let mut r = TO_RING.lock();
+        if !r.iter().any(|p| Arc::ptr_eq(p, process)) {
+            r.push(process.clone());
+        }
+    } else {
+        process.ring();
+    }
     PENDING.lock().push(Pending { process: process.clone(), lane, late, done: Some(done) });
+}
+
+/// Whether posts ring their worker's bell later (`ring_deferred`): from the time Redis wakes until it is about to
+/// sleep again. The workers' posted threads then sleep while the main thread reads a burst of commands and take
+/// the burst in one sweep once it is posted, instead of being woken (and polling) per run on the core the main
+/// thread, the clients and the other threads share (docs/benchmarks.md, "Isolated execution").
+static DEFERRING: AtomicBool = AtomicBool::new(false);
+/// The workers whose bell a deferred post still has to ring (main thread only).
+static TO_RING: Mutex<Vec<Arc<Process>>> = Mutex::new(Vec::new());
+
+/// Redis woke (main thread, its event loop's after-sleep): posts until `ring_deferred` ring their bells then.
+pub fn defer_rings() {
+    DEFERRING.store(true, Ordering::Relaxed);
+}
+
+/// Redis is about to sleep (main thread, after `collect`): rings the bells that posts since it woke deferred, and
+/// has later posts ring at once (commands Redis runs after the hook, such as a pipelined client's next one).
+pub fn ring_deferred() {
+    DEFERRING.store(false, Ordering::Relaxed);
+    for p in TO_RING.lock().drain(..) {
+        p.ring();
+    }
 }
 
 /// Whether posted runs wait for their answer (main thread).

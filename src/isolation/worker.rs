@@ -121,23 +121,30 @@ fn start(args: &[String]) -> Result<()> {
 /// cores the runs need.
 fn serve_posted(bell: &lane::Bell, notify: &OwnedFd, new: &crossbeam_channel::Receiver<Lane>) {
     let mut lanes: Vec<Lane> = Vec::new();
+    let mut burst = 0usize;
     loop {
         let seen = bell.seen();
         lanes.extend(new.try_iter());
-        let mut answered = false;
+        let mut answered = 0;
         lanes.retain_mut(|lane| match lane.state() {
             lane::REQUEST => {
-                answered = true;
+                answered += 1;
                 answer(lane)
             }
             lane::DEAD => false,
             _ => true,
         });
-        if answered {
+        if answered > 0 {
+            burst += answered;
             super::notifier::signal(notify);
             continue;
         }
-        bell.wait(seen, SPIN);
+        // Polls for the next request only after a lone run (one client's, say), whose next request comes soon. A
+        // burst means many clients: the main thread rings once it has posted the next burst (post.rs), and a
+        // thread polling meanwhile takes the core that the main thread and the clients need.
+        let spin = if burst <= 1 { lane::spin_after(LAST_RUN_US.get(), SPIN) } else { Duration::ZERO };
+        burst = 0;
+        bell.wait(seen, spin);
     }
 }
 

@@ -202,7 +202,10 @@ extern "C" fn before_sleep(
     if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
         // Collected first: a posted run given up on is queued, and its queue's wake-up goes out with the rest.
         let _ = catch_unwind(|| crate::isolation::collect_posted(false));
+        let _ = catch_unwind(crate::isolation::ring_deferred);
         let _ = catch_unwind(crate::exec::queue::flush_wakeups);
+    } else if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_AFTER_SLEEP {
+        crate::isolation::defer_rings();
     }
 }
 
