@@ -312,16 +312,23 @@ def test_short_runs_go_inline_through_the_worker(make_server):
     assert con.info("ai")["ai_queued_runs"] == queued + 1
 
 
-def test_short_runs_are_posted_and_each_client_gets_its_own_answer(make_server):
-    """Isolated, a short run is posted to the worker without Redis's main thread waiting for it (the client
-    blocked; isolation/post.rs), and its answer is collected later: 8 clients, each with its own inputs and a
-    pipeline of runs and reads, get their own results in order, and the runs count as inline."""
+def known_short_model(make_server):
+    """An isolated server with the tiny model `m` (mul.onnx) run 20 times, so that it is known to be short (a
+    model's first runs are queued: exec/inline.rs); (server, client)."""
     srv = make_server(module_args=ISOLATED)
     con = srv.client()
     con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
     set_tensor(con, "w", np.full((2, 2), 2, dtype=np.float32))
-    for _ in range(20):  # a model's first runs are queued (exec/inline.rs)
+    for _ in range(20):
         con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "w", "w", "OUTPUTS", 1, "w2")
+    return srv, con
+
+
+def test_short_runs_are_posted_and_each_client_gets_its_own_answer(make_server):
+    """Isolated, a short run is posted to the worker without Redis's main thread waiting for it (the client
+    blocked; isolation/post.rs), and its answer is collected later: 8 clients, each with its own inputs and a
+    pipeline of runs and reads, get their own results in order, and the runs count as inline."""
+    srv, con = known_short_model(make_server)
     before = con.info("ai")["ai_inline_runs"]
     failures = []
 
@@ -357,12 +364,7 @@ def test_a_pipelined_client_s_runs_are_each_posted_and_answered_in_order(make_se
     does so after the module's before-sleep hook, where the bells of the iteration's posts are rung
     (isolation/post.rs): a post made then rings at once. Every run is posted (none given up on at the inline
     limit for want of a ring, and queued) and each reply is its own."""
-    srv = make_server(module_args=ISOLATED)
-    con = srv.client()
-    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
-    set_tensor(con, "w", np.full((2, 2), 2, dtype=np.float32))
-    for _ in range(20):  # a model's first runs are queued (exec/inline.rs)
-        con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "w", "w", "OUTPUTS", 1, "w2")
+    _, con = known_short_model(make_server)
     before = con.info("ai")
     p = con.pipeline(transaction=False)
     for k in range(100):
