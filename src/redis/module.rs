@@ -137,7 +137,7 @@ fn on_load(ctx: Ctx<'_>, argv: *mut *mut raw::RedisModuleString, argc: c_int) ->
     }
     // Commands queue work without waking a worker each; the wake-ups go out once per event-loop iteration.
     let event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_EVENTLOOP, dataver: 1 };
-    if raw::subscribe_to_server_event(ctx.as_ptr(), event, Some(before_sleep)) == raw::Status::Ok {
+    if raw::subscribe_to_server_event(ctx.as_ptr(), event, Some(event_loop)) == raw::Status::Ok {
         crate::exec::queue::defer_wakeups_on_this_thread();
         // Isolated: short runs are posted to the workers, whose answers are collected when the eventfd they
         // write is readable and before Redis sleeps (isolation/post.rs).
@@ -191,9 +191,10 @@ fn admin_categories(ctx: Ctx<'_>) {
 /// Whether AI.CONFIG is in @admin (else its handler checks the caller's right to CONFIG SET).
 pub static ADMIN_BY_CATEGORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Redis's event-loop hook (main thread): before it sleeps, collect the posted runs that have an answer and
-/// wake the workers of the queues that got work.
-extern "C" fn before_sleep(
+/// Redis's event-loop hook (main thread): before it sleeps, collect the posted runs that have an answer, ring
+/// the bells of the workers that got posted runs and wake the workers of the queues that got work; once it has
+/// woken, defer the bells again (isolation/post.rs).
+extern "C" fn event_loop(
     _ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     subevent: u64,
