@@ -284,6 +284,11 @@ pub fn dead() -> Error {
     Error::Unavailable("the backend worker exited".into())
 }
 
+/// A lane whose turn word holds what its protocol does not allow there.
+pub fn broken() -> Error {
+    Error::Internal("a backend worker broke the lane's protocol".into())
+}
+
 impl super::wire::Sink for Lane {
     fn put(&mut self, bytes: &[u8]) {
         // A region that cannot grow (the kernel refused memory) marks the message short: `written` says so.

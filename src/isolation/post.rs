@@ -14,7 +14,6 @@ use super::lane::{self, Lane};
 use super::supervisor::Process;
 use super::wire::{self, Reader, Writer};
 use crate::backends::{PostDone, Posted};
-use crate::error::Error;
 
 /// Set once Redis's event loop watches the eventfd (`enable`); nothing is posted before.
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -147,7 +146,7 @@ fn read(process: &Process, lane: &mut Lane) -> Posted {
     match lane.state() {
         lane::REPLY => {}
         lane::DEAD => return Posted::Ran(Err(process.exit_error())),
-        _ => return Posted::Ran(Err(Error::Internal("a backend worker broke the lane's protocol".into()))),
+        _ => return Posted::Ran(Err(lane::broken())),
     }
     let (map, len) = match lane.message() {
         Ok(m) => m,

@@ -160,7 +160,7 @@ fn exchange<R>(
                 from = lane::CALLBACK_REPLY;
             }
             Some(lane::DEAD) => return Err(process.exit_error()),
-            Some(_) => return Err(Error::Internal("a backend worker broke the lane's protocol".into())),
+            Some(_) => return Err(lane::broken()),
             None => {
                 if let Overrun::GiveUp(late) = overrun {
                     late.set(true);

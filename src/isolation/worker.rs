@@ -295,7 +295,6 @@ thread_local! {
     static LANE: std::cell::Cell<*mut Lane> = const { std::cell::Cell::new(std::ptr::null_mut()) };
 }
 
-/// Runs `f` with `lane` as the thread's callback lane.
 /// A model's or script's run on this lane (`None`: it stopped at its deadline) and its answer: the copy time, the
 /// run's time (which also sets how long this thread then polls: `LAST_RUN_US`) and the outputs.
 fn run_answer<O: std::ops::Deref<Target = [Tensor]> + 'static>(
@@ -313,6 +312,7 @@ fn run_answer<O: std::ops::Deref<Target = [Tensor]> + 'static>(
     })))
 }
 
+/// Runs `f` with `lane` as the thread's callback lane.
 fn with_lane<R>(lane: &mut Lane, f: impl FnOnce() -> R) -> R {
     struct Reset;
     impl Drop for Reset {
