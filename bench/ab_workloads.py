@@ -55,7 +55,12 @@ def single(cmd, n):
 
 
 def rps(cmd, clients, n):
-    return lambda s: bench.redis_benchmark(s.port, clients, n, *cmd)[0]
+    """req/s, with the CPU µs per request of the main thread, Redis's other threads, the backend workers and the
+    load generator."""
+    def measure(s):
+        (r, _, _), cpu = bench.cpu_per_request(s, n, *cmd, clients=clients)
+        return r, cpu[:4]
+    return measure
 
 
 FRAUD = ("AI.MODELEXECUTE", "fraud", "INPUTS", "2", "transaction", "reference", "OUTPUTS", "1", "out")
@@ -104,11 +109,16 @@ def main():
             servers[name] = bench.Server(extra=(["TF", bench.TF_LIB] if bench.TF_LIB else []) + extra)
             prepare(servers[name])
         res = {(n, w): [] for n, _, _ in variants for w in WORKLOADS}
+        cpu = {(n, w): [] for n, _, _ in variants for w in WORKLOADS}
         for r in range(a.rounds):
             for w, (_, measure, _) in WORKLOADS.items():
                 for name, _, _ in variants:
                     try:
-                        res[(name, w)].append(measure(servers[name]))
+                        value = measure(servers[name])
+                        if isinstance(value, tuple):
+                            value, used = value
+                            cpu[(name, w)].append(used)
+                        res[(name, w)].append(value)
                     except (AssertionError, subprocess.CalledProcessError) as e:
                         # One failed measurement (a run past MODEL_EXECUTION_TIMEOUT on a loaded machine): shown,
                         # and left out of the median.
@@ -126,6 +136,23 @@ def main():
         print("%-30s %s   %s" % (w, "".join("%14.1f" % med[n] for n, _, _ in variants), ratios))
         print("%-30s %s" % ("  rounds", "  ".join("%s: %s" % (n, "/".join("%.0f" % x for x in res[(n, w)]))
                                                    for n, _, _ in variants)))
+        if all(cpu[(n, w)] for n, _, _ in variants):
+            print_cpu(w, [n for n, _, _ in variants], cpu)
+
+
+def print_cpu(w, names, cpu):
+    """The median CPU µs per request by consumer, and the throughput ratios they predict: with every consumer
+    sharing the cores (this 2-vCPU machine: the bound is their sum) and with a core each (the bound is the
+    busiest). A prediction from CPU time, which varies less than req/s here; not a measurement of another
+    machine."""
+    med = {n: [statistics.median(c[i] for c in cpu[(n, w)]) for i in range(4)] for n in names}
+    for n in names:
+        print("%-30s %s: main %.2f, threads %.2f, workers %.2f, client %.2f = %.2f" % (
+            "  CPU us/req", n, *med[n], sum(med[n])))
+    base = med[names[0]]
+    for n in names[1:]:
+        print("%-30s %s: cores shared %.3f, a core each %.3f" % (
+            "  CPU-bound ratio", n, sum(base) / sum(med[n]), max(base) / max(med[n])))
 
 
 if __name__ == "__main__":

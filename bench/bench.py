@@ -66,10 +66,12 @@ class Server:
         r = subprocess.run(["redis-cli", "-p", str(self.port), *args], input=stdin, capture_output=True, check=check)
         return r.stdout.decode().strip()
 
-    def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    def cpu(self):
+        """CPU seconds so far of Redis's main thread, of its other threads (the module's queues, lanes and
+        Redis's own background threads) and of the backend workers it started (EXECUTION_MODE ISOLATED)."""
+        pid = self.proc.pid
+        main = schedstat_seconds(pid, pid)
+        return main, process_cpu(pid) - main, sum(process_cpu(w) for w in children(pid))
 
     def stop(self):
         self.proc.terminate()
@@ -86,19 +88,36 @@ def redis_benchmark(port, clients, requests, *command):
     return float(r["rps"]), float(r["p50_latency_ms"]), float(r["p99_latency_ms"])
 
 
-def thread_cpu(pid):
-    """{thread name: CPU seconds} of every thread of `pid` (threads of one name summed)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                head, rest = f.read().rsplit(")", 1)
-        except FileNotFoundError:
-            continue
-        name = head.split("(", 1)[1]
-        fields = rest.split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+def schedstat_seconds(pid, tid):
+    """CPU seconds a thread has run (/proc/<pid>/task/<tid>/schedstat, in ns: ticks are 10 ms)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+
+
+def process_cpu(pid):
+    """CPU seconds of every thread of `pid` alive now."""
+    try:
+        return sum(schedstat_seconds(pid, tid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return 0.0
+
+
+def children(pid):
+    """The processes `pid` started that are still running (the module's backend workers), whichever of its
+    threads started them."""
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    out += [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                pass
+    except FileNotFoundError:
+        pass
     return out
 
 
@@ -113,20 +132,20 @@ def command_usec(server, name):
     return 0, 0.0
 
 
-def cpu_per_request(server, requests, *command):
+def cpu_per_request(server, requests, *command, clients=50):
     """redis_benchmark() plus the CPU microseconds per request of the server's main thread, of its other
-    threads (the module's workers), of redis-benchmark itself (the load generator shares the cores), and the
-    microseconds per call Redis spent inside the command (INFO commandstats)."""
-    before, child_before, stat_before = thread_cpu(server.proc.pid), os.times(), command_usec(server, command[0])
-    result = redis_benchmark(server.port, 50, requests, *command)
-    after, child_after, stat_after = thread_cpu(server.proc.pid), os.times(), command_usec(server, command[0])
-    main = after.get("redis-server", 0) - before.get("redis-server", 0)
-    others = sum(after.values()) - sum(before.values()) - main
+    threads (the module's queue workers), of the backend worker processes (isolated), of redis-benchmark itself
+    (the load generator shares the cores), and the microseconds per call Redis spent inside the command (INFO
+    commandstats)."""
+    before, child_before, stat_before = server.cpu(), os.times(), command_usec(server, command[0])
+    result = redis_benchmark(server.port, clients, requests, *command)
+    after, child_after, stat_after = server.cpu(), os.times(), command_usec(server, command[0])
     client = (child_after.children_user + child_after.children_system
               - child_before.children_user - child_before.children_system)
     calls = stat_after[0] - stat_before[0]
     inside = (stat_after[1] - stat_before[1]) / calls if calls else 0.0
-    return result, tuple(1e6 * x / requests for x in (main, others, client)) + (inside,)
+    used = tuple(a - b for a, b in zip(after, before)) + (client,)
+    return result, tuple(1e6 * x / requests for x in used) + (inside,)
 
 
 EXECUTE = ("AI.MODELEXECUTE", "m", "INPUTS", "2", "a", "b", "OUTPUTS", "1", "c")
@@ -176,13 +195,14 @@ def bench_execute(requests):
     ort = ort_inprocess_p50("mul.onnx", 2, 20000) if (os.cpu_count() or 1) <= 2 else None
     print("== tiny model (mul.onnx, 2x2) vs PING, 50 clients, %d requests each; DAG: LOAD 2 a b |> "
           "AI.MODELEXECUTE |> AI.TENSORGET c VALUES" % requests)
-    print("%-34s %12s %10s %10s %12s %14s %14s %12s" % ("command", "req/s", "p50 ms", "p99 ms", "main us/req",
-                                                        "workers us/req", "client us/req", "in command"))
+    row = "%-34s %12.0f %10.3f %10.3f %12.2f %14.2f %14.2f %14.2f %12.2f"
+    print("%-34s %12s %10s %10s %12s %14s %14s %14s %12s" % ("command", "req/s", "p50 ms", "p99 ms", "main us/req",
+                                                             "threads us/req", "workers us/req", "client us/req",
+                                                             "in command"))
     for label, ping, ping_cpu, commands in rows:
-        print("%-34s %12.0f %10.3f %10.3f %12.2f %14.2f %14.2f %12.2f" % ("PING", *ping, *ping_cpu))
+        print(row % ("PING", *ping, *ping_cpu))
         for name, result, cpu, _ in commands:
-            print("%-34s %12.0f %10.3f %10.3f %12.2f %14.2f %14.2f %12.2f"
-                  % (name + " " + label.split()[0], *result, *cpu))
+            print(row % (name + " " + label.split()[0], *result, *cpu))
         for name, result, cpu, target in commands:
             print("throughput ratio %s/PING, %s: %.3f (target >= %s)" % (name, label, result[0] / ping[0], target))
             if (os.cpu_count() or 1) <= 2 and label.startswith("inline"):
@@ -193,9 +213,9 @@ def explain_ceiling(name, target, ping, ping_cpu, result, cpu, ort):
     """Where the per-request time goes when a single-threaded server and a single-threaded load generator share
     two cores: each process has a core, so throughput is bounded by the busier one. PING is bounded by
     redis-benchmark; an inline command by the server's main thread (busy ~100% of the time)."""
-    main, _, client, inside = cpu
+    main, _, _, client, inside = cpu
     print("  main thread busy %.2f of a core (PING: redis-benchmark busy %.2f): the ratio is PING's client time "
-          "per request over %s's main-thread time" % (main * result[0] / 1e6, ping_cpu[2] * ping[0] / 1e6, name))
+          "per request over %s's main-thread time" % (main * result[0] / 1e6, ping_cpu[3] * ping[0] / 1e6, name))
     needed = 1e6 / (target * ping[0])
     around = main - inside
     print("  the target needs the main thread at <= %.2f us per request; it takes %.2f: Redis's own work around "
@@ -429,14 +449,20 @@ def bench_idle(seconds):
                 for dev in ("CPU", "CPU:1"):
                     s.cli("AI.MODELEXECUTE", "m" + dev, "INPUTS", "2", "a", "a", "OUTPUTS", "1", "c")
             time.sleep(1)
-            before = s.cpu_seconds()
+            before = s.cpu()
             time.sleep(seconds)
-            results[name] = s.cpu_seconds() - before
+            results[name] = [a - b for a, b in zip(s.cpu(), before)]
         finally:
             s.stop()
-    print("== idle CPU over %d s (two device queues created on the module server)" % seconds)
-    for name, cpu in results.items():
-        print("%-20s %.3f s CPU (%.2f%% of one core)" % (name, cpu, 100 * cpu / seconds))
+    print("== idle CPU over %d s (two device queues created on the module server): Redis's main thread, its other "
+          "threads, the backend workers (isolated)" % seconds)
+    for name, (main, threads, workers) in results.items():
+        total = main + threads + workers
+        print("%-20s %7.1f ms CPU (%.3f%% of one core): main %.1f, threads %.1f, workers %.1f"
+              % (name, 1e3 * total, 100 * total / seconds, 1e3 * main, 1e3 * max(threads, 0), 1e3 * workers))
+    plain, module = (sum(results[n]) for n in ("plain redis-server", "with redisai"))
+    print("with redisai over plain Redis: %.1f ms in %d s (%.2f ticks of 10 ms; target <= 1 tick)"
+          % (1e3 * (module - plain), seconds, 100 * (module - plain)))
 
 
 def latency(fn, n):

@@ -34,7 +34,7 @@ pub struct Process {
     killers: Mutex<Vec<Killer>>,
     /// Free posted lanes (post.rs), and the bell of the worker's thread that serves them, once it has one.
     posted: Mutex<Vec<Lane>>,
-    bell: Mutex<Option<Bell>>,
+    bell: std::sync::OnceLock<Bell>,
     /// Why it exited, once it has.
     exit: Mutex<Option<String>>,
     /// Models and scripts loaded in it (by id) and those to free there with the next request.
@@ -75,16 +75,17 @@ impl Process {
     /// A free posted lane (post.rs), or a new one handed to the worker's posted lanes' thread; the first one
     /// starts that thread (its bell, and `notify`: the eventfd it writes when it has answered).
     pub fn posted_lane(&self, notify: &OwnedFd) -> Result<Lane> {
-        if let Some(l) = self.posted.lock().pop() {
-            return Ok(l);
-        }
         {
-            let mut bell = self.bell.lock();
-            if bell.is_none() {
+            let mut posted = self.posted.lock();
+            if let Some(l) = posted.pop() {
+                return Ok(l);
+            }
+            // Under `posted`'s lock: the worker gets one bell.
+            if self.bell.get().is_none() {
                 let b = Bell::create()?;
                 channel::send(&self.channel, b"B", Some(b.fd()))?;
                 channel::send(&self.channel, b"E", Some(notify))?;
-                *bell = Some(b);
+                let _ = self.bell.set(b);
             }
         }
         self.new_lane(b"P")
@@ -92,7 +93,7 @@ impl Process {
 
     /// Tells the posted lanes' thread that a lane holds a request.
     pub fn ring(&self) {
-        if let Some(b) = self.bell.lock().as_ref() {
+        if let Some(b) = self.bell.get() {
             b.ring();
         }
     }
@@ -326,7 +327,7 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
         waiting: Mutex::new(Vec::new()),
         killers: Mutex::new(Vec::new()),
         posted: Mutex::new(Vec::new()),
-        bell: Mutex::new(None),
+        bell: std::sync::OnceLock::new(),
         exit: Mutex::new(None),
         loaded: Mutex::new(Default::default()),
         to_free: Mutex::new(Vec::new()),
