@@ -85,6 +85,7 @@ bundle() {
   rm -rf "${root:?}" "$out/$name.tar.gz"
   mkdir -p "$root"/{bin,models,backends/redisai_torch}
   strip --strip-debug -o "$root/redisai.so" "$release/libredisai.so"
+  strip --strip-debug -o "$root/redisai-worker" "$release/redisai-worker"
   strip --strip-debug -o "$root/backends/redisai_torch/libredisai_torch.so" "$release/libredisai_torch.so"
   cp "$wrapper" "$root/backends/redisai_torch/"
   strip --strip-debug -o "$root/bin/redis-server" "$server"
@@ -97,7 +98,8 @@ redisai-rs $version: GPU check bundle (scripts/gpu-build.sh bundle; docs/command
 
 Run on the GPU machine:  ./gpu-check.sh          (one summary line on stdout: GPU-CHECK PASS|FAIL|SKIP|NO-GPU ...)
 
-Inside: redisai.so (the module), bin/redis-server ($("$server" --version | awk '{ print $3 }')), models/ (test models),
+Inside: redisai.so (the module), redisai-worker (its backend worker, for EXECUTION_MODE ISOLATED:
+GPU_CHECK_MODULE_ARGS="EXECUTION_MODE ISOLATED" ./gpu-check.sh), bin/redis-server ($("$server" --version | awk '{ print $3 }')), models/ (test models),
 backends/redisai_torch/libredisai_torch.so (TORCH backend, built against libtorch 2.13.0) and
 libredisai_torch_cuda.so (its CUDA flavour: needs libtorch_cuda.so and libc10_cuda.so).
 

@@ -31,6 +31,8 @@
 #                   site-packages/nvidia/*/lib of python3)
 #   PYTHON          python3
 #   GPU_CHECK_SECONDS  seconds of each throughput measurement (default 4)
+#   GPU_CHECK_MODULE_ARGS  load-time arguments for the module, e.g. "EXECUTION_MODE ISOLATED" to run the
+#                   backends in worker processes (redisai-worker beside the module, as the bundle ships it)
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -204,7 +206,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/redisai-gpu-check.XXXXXX")
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 LD_LIBRARY_PATH=$ld_path "$server" --port "$port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
   --daemonize no --logfile "$work/redis.log" \
-  --loadmodule "$module" >"$work/stdout.log" 2>&1 &
+  --loadmodule "$module" ${GPU_CHECK_MODULE_ARGS:-} >"$work/stdout.log" 2>&1 &
 server_pid=$!
 cleanup() { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; }
 trap cleanup EXIT
@@ -492,7 +494,12 @@ ran = [k for k in results if k not in ("TORCH", "ONNX", "server_alive")]
 status = "FAIL" if failed else ("PASS" if ran else "SKIP")
 if DRY and status == "PASS":
     status = "DRY-RUN-PASS"
-parts = [status, f"gpus={NGPU}", f"gpu0=\"{E['GPU_NAME']}\""]
+try:
+    info = c.call("INFO", "ai_workers").decode().splitlines()
+except Exception:  # noqa: BLE001 (the server died: server_alive says so)
+    info = []
+mode = next((l.split(":", 1)[1].strip() for l in info if l.startswith("ai_execution_mode:")), "unknown")
+parts = [status, f"gpus={NGPU}", f"gpu0=\"{E['GPU_NAME']}\"", f"mode={mode}"]
 for be in ("TORCH", "ONNX"):
     r = results.get(be, "loaded")
     why = r.split(": ", 1)[1][:120] if ": " in r else ""

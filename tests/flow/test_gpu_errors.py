@@ -234,17 +234,19 @@ def test_gpu_check_gpu_without_cuda_libraries(tmp_path):
     r = run_gpu_check(path_prefix=str(tmp_path), env={"TORCH_LIB_DIR": "/nonexistent", "CUDA_LIB_DIRS": "/nonexistent"})
     assert r.returncode == 3, (r.stdout, r.stderr)
     [line] = r.stdout.splitlines()
-    assert line.startswith('GPU-CHECK SKIP gpus=1 gpu0="Fake GPU" torch=skip("'), line
+    assert line.startswith('GPU-CHECK SKIP gpus=1 gpu0="Fake GPU" mode=in_process torch=skip("'), line
     assert 'onnx=skip("' in line, line
 
 
-def test_gpu_check_dry_run_on_cpu():
-    """--dry-run-on-cpu runs every check of the script with CPU:1 for GPU:0 and the CPU backends."""
-    r = run_gpu_check("--dry-run-on-cpu")
+@pytest.mark.parametrize("args,mode", [("", "in_process"), ("EXECUTION_MODE ISOLATED", "isolated")])
+def test_gpu_check_dry_run_on_cpu(args, mode):
+    """--dry-run-on-cpu runs every check of the script with CPU:1 for GPU:0 and the CPU backends, in this process
+    or (GPU_CHECK_MODULE_ARGS) in backend workers; the summary says which."""
+    r = run_gpu_check("--dry-run-on-cpu", env={"GPU_CHECK_MODULE_ARGS": args})
     assert r.returncode == 0, (r.stdout, r.stderr)
     [line] = r.stdout.splitlines()
     assert line.startswith('GPU-CHECK DRY-RUN-PASS gpus=0 gpu0="none (dry run: CPU:1 stands for GPU:0)" '
-                           "torch=loaded onnx=loaded dag_parallel/serial="), line
+                           f"mode={mode} torch=loaded onnx=loaded dag_parallel/serial="), line
     assert "heavy.onnx_gpu/cpu=" in line and "torch_slow.pt_gpu/cpu=" in line, line
     for name in ("torch_add", "torch_two_outputs", "torch_slow", "onnx_linear", "onnx_heavy", "dag_cpu_gpu",
                  "throughput_heavy_onnx", "throughput_torch_slow"):
