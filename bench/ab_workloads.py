@@ -2,7 +2,9 @@
 change to the engine or the backends' allocators may show in: the tiny ONNX model at 50 clients (req/s, and its
 ratio to PING) as MODELEXECUTE and as a LOAD -> MODELEXECUTE -> TENSORGET DAG, heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us), and RedisAI's TF fraud
 graph at 16 clients (req/s). Each variant runs on a server of its own; rounds are interleaved across the variants
-so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints every round and the median.
+so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints every round and the median, and
+for the req/s workloads the CPU µs per request of Redis's main thread, its other threads, the backend workers and
+the load generator, with the throughput ratios those bound (docs/benchmarks.md, "Where the CPU goes").
 
     REDISAI_ONNX_LIB=… REDISAI_TF_LIB=… .venv/bin/python bench/ab_workloads.py \\
         before=/tmp/old/target/release/libredisai.so after=target/release/libredisai.so [--rounds 3]
