@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Runs needed before a model may run inline (its first runs load caches and allocate).
 pub const MIN_RUNS: u64 = 3;
 
+/// The most a settled model's single run counts for, as a multiple of its average (`RunHistory::record`).
+const OUTLIER: u64 = 4;
+
 /// Recent single (unbatched) runs of a model.
 #[derive(Debug, Default)]
 pub struct RunHistory {
@@ -18,11 +21,19 @@ pub struct RunHistory {
 }
 
 impl RunHistory {
-    /// A successful run of `micros` µs on `input_bytes` bytes of input (workers and inline runs alike).
+    /// A successful run of `micros` µs on `input_bytes` bytes of input (workers and inline runs alike). Once
+    /// settled, a run counts as at most `OUTLIER` times the average: a run that lost its core for a few
+    /// milliseconds says nothing of the model, and counted whole it sent a tiny model off the main thread (a
+    /// 3 µs average past 100) and, behind it, the next few dozen clients' runs to its queue. Runs that stay
+    /// slow still raise the average 1.75x per run, and a run stopped at the inline limit counts at once
+    /// (`record_stopped`).
     pub fn record(&self, micros: u64, input_bytes: u64) {
         let avg = match self.runs.fetch_add(1, Relaxed) {
             n if n < MIN_RUNS => micros,
-            _ => (self.avg_us.load(Relaxed) * 3 + micros) / 4,
+            _ => {
+                let avg = self.avg_us.load(Relaxed);
+                (avg * 3 + micros.min(avg.max(1).saturating_mul(OUTLIER))) / 4
+            }
         };
         self.avg_us.store(avg, Relaxed);
         self.max_input_bytes.fetch_max(input_bytes, Relaxed);

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -28,11 +28,16 @@ struct Pending {
     process: Arc<Process>,
     lane: Lane,
     late: Late,
+    /// How long the worker's posted thread may go without answering any run before this one is late (its limit).
+    each: Duration,
     /// `None` once given up on.
     done: Option<PostDone>,
 }
 
-/// What to do about a posted run its worker has not answered in time.
+/// What to do about a posted run its worker has not answered in time. The time is pushed back while the worker's
+/// posted thread keeps answering other runs (`collect`): it runs them one after another, each within its own
+/// limit, so a run waiting behind others there is not stuck, and giving up on it would only run it twice (and
+/// mark the model as slow: a burst of 50 tiny runs on a busy machine queued 0.7 % of them that way).
 pub enum Late {
     /// Queue it instead, once this has passed (as an inline run that waits on its lane gives up at its
     /// deadline); its lane comes back once the worker has answered.
@@ -43,12 +48,27 @@ pub enum Late {
     Killed,
 }
 
+impl Late {
+    /// Not before `at`: the worker was seen answering.
+    fn not_before(&mut self, at: Instant) {
+        if let Late::GiveUp(t) | Late::Kill(t) = self {
+            *t = (*t).max(at);
+        }
+    }
+}
+
 /// The posted runs not yet collected (touched by the main thread only; a lock, as statics need).
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
 /// Posts a model run: `write` writes its request on a posted lane of `process`; `done` gets the answer on
-/// the main thread (`collect`), or `NotPosted` at once.
-pub fn post(process: &Arc<Process>, late: Late, write: impl FnOnce(&mut Writer<Lane>), done: PostDone) {
+/// the main thread (`collect`), or `NotPosted` at once. `late` applies once the worker has also answered
+/// nothing for `each`.
+pub fn post(
+    process: &Arc<Process>,
+    (late, each): (Late, Duration),
+    write: impl FnOnce(&mut Writer<Lane>),
+    done: PostDone,
+) {
     let notify = match super::notifier::notifier() {
         Some(fd) if ENABLED.load(Ordering::Acquire) => fd,
         _ => return done(Posted::NotPosted),
@@ -66,7 +86,7 @@ pub fn post(process: &Arc<Process>, late: Late, write: impl FnOnce(&mut Writer<L
     } else {
         process.ring();
     }
-    PENDING.lock().push(Pending { process: process.clone(), lane, late, done: Some(done) });
+    PENDING.lock().push(Pending { process: process.clone(), lane, late, each, done: Some(done) });
 }
 
 /// Whether posts ring their worker's bell later (`ring_deferred`): from the time Redis wakes until it is about to
@@ -112,10 +132,21 @@ pub fn collect(drain: bool) {
         let now = Instant::now();
         let mut i = 0;
         while i < pending.len() {
-            let p = &mut pending[i];
-            if p.lane.state() != lane::REQUEST {
+            if pending[i].lane.state() != lane::REQUEST {
                 answered.push(pending.swap_remove(i));
-                continue;
+            } else {
+                i += 1;
+            }
+        }
+        let mut working: smallvec::SmallVec<[&Arc<Process>; 4]> = smallvec::SmallVec::new();
+        for a in &answered {
+            if !working.iter().any(|w| Arc::ptr_eq(w, &a.process)) {
+                working.push(&a.process);
+            }
+        }
+        for p in pending.iter_mut() {
+            if working.iter().any(|w| Arc::ptr_eq(w, &p.process)) {
+                p.late.not_before(now + p.each);
             }
             match p.late {
                 Late::GiveUp(at) if now > at => late.extend(p.done.take()),
@@ -125,7 +156,6 @@ pub fn collect(drain: bool) {
                 }
                 _ => {}
             }
-            i += 1;
         }
     }
     for done in late {
@@ -158,4 +188,24 @@ fn read(process: &Process, lane: &mut Lane) -> Posted {
         return Posted::Stopped;
     }
     Posted::Ran(r.status().and_then(|()| super::request::read_run(&mut r)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_pushes_lateness_back_never_forward() {
+        let now = Instant::now();
+        let later = now + Duration::from_millis(5);
+        let mut l = Late::GiveUp(now);
+        l.not_before(later);
+        assert!(matches!(l, Late::GiveUp(t) if t == later));
+        let mut l = Late::Kill(later);
+        l.not_before(now);
+        assert!(matches!(l, Late::Kill(t) if t == later));
+        let mut l = Late::Killed;
+        l.not_before(later);
+        assert!(matches!(l, Late::Killed));
+    }
 }

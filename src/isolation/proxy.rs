@@ -343,8 +343,8 @@ impl LoadedModel for RemoteModel {
         // a run waiting behind others there is given the limit again before it is run elsewhere. Else it runs
         // to the end, as on a queue, or overruns its kill switch: then the worker is killed, as then.
         let late = match within {
-            true => Late::GiveUp(req.deadline + req.limit()),
-            false => Late::Kill(req.deadline + req.limit() + GRACE),
+            true => (Late::GiveUp(req.deadline + req.limit()), req.limit()),
+            false => (Late::Kill(req.deadline + req.limit() + GRACE), req.limit() + GRACE),
         };
         super::post::post(&process, late, |w| write_run(w, self.remote.id, req, left, within), done);
     }
