@@ -615,8 +615,13 @@ impl Posting {
                     run.state.lock().record(i, outputs, result);
                     g.samples.push((i, sample));
                 }
+                // A posted run holds no thread of Redis's: its stop (or a worker that did not get to it in time:
+                // the machine's cores were busy) counts as one slow run, capped as any, not as a model proven
+                // slow at once (`record_stopped`, for runs on the main thread). One stall on a busy machine then
+                // keeps a tiny model posted instead of queueing the next few hundred runs; runs stopped again
+                // and again still send it to the queue (7 in a row for a 3 µs model).
                 Posted::Stopped => {
-                    model.history.record_stopped(start.elapsed().as_micros() as u64);
+                    model.history.record(start.elapsed().as_micros() as u64, input_bytes(inputs));
                     g.stopped = true;
                 }
                 Posted::NotPosted => g.stopped = true,

@@ -135,9 +135,11 @@ fn queue(plan: Plan, blocked: Blocked, reply: fn(Ctx<'_>, &Run), event: &'static
     })
 }
 
-/// Whether the plan may skip its queue (`None`: not): every op runs a model that can be stopped early (or the
-/// run is posted: the main thread does not wait for it), on a CPU queue with nothing queued, without batching,
-/// and INLINE_THRESHOLD is not 0. Then how long it may run inline: `Some` when the models' recent runs are short
+/// Whether the plan may skip its queue (`None`: not): every op runs a model that can be stopped early, on a CPU
+/// queue with nothing queued, without batching, and INLINE_THRESHOLD is not 0. A posted run (the main thread does
+/// not wait for it) may skip a queue that has work: its worker runs it on a thread of its own, and with 50
+/// clients a queue that took one run (given up on while the machine's cores were busy) never emptied again,
+/// hundreds of runs queued behind it. Then how long it may run inline: `Some` when the models' recent runs are short
 /// (exec/inline.rs).
 fn skip_queue(plan: &Plan, posted: bool) -> Option<Option<std::time::Duration>> {
     let threshold = CONFIG.read().inline_threshold_us;
@@ -150,7 +152,7 @@ fn skip_queue(plan: &Plan, posted: bool) -> Option<Option<std::time::Duration>> 
         let eligible = model.spec.batch.size == 0
             && model.spec.device.kind == DeviceKind::Cpu
             && model.built().is_some_and(|m| m.is_ok_and(|m| posted || m.stops_early()))
-            && crate::exec::model_queue(model).is_ok_and(|q| q.is_idle());
+            && (posted || crate::exec::model_queue(model).is_ok_and(|q| q.is_idle()));
         if !eligible {
             return None;
         }
