@@ -342,8 +342,15 @@ fn wait_word(word: &AtomicU32, from: u32, spin: Duration, deadline: Option<Insta
             return Some(s);
         }
         i = i.wrapping_add(1);
-        if i.is_multiple_of(64) && start.elapsed() >= spin {
-            break;
+        if i.is_multiple_of(64) {
+            if start.elapsed() >= spin {
+                break;
+            }
+            // A polling thread gives its core to a thread that waits for one: Redis's main thread otherwise
+            // waited for a scheduler slice (up to 4 ms seen) behind a worker thread polling for requests that
+            // only the main thread could send (docs/benchmarks.md, stop 40).
+            // SAFETY: sched_yield takes no arguments; its result does not matter.
+            unsafe { libc::sched_yield() };
         }
         std::hint::spin_loop();
     }
