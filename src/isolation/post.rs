@@ -37,7 +37,8 @@ struct Pending {
 /// What to do about a posted run its worker has not answered in time. The time is pushed back while the worker's
 /// posted thread keeps answering other runs (`collect`): it runs them one after another, each within its own
 /// limit, so a run waiting behind others there is not stuck, and giving up on it would only run it twice (and
-/// mark the model as slow: a burst of 50 tiny runs on a busy machine queued 0.7 % of them that way).
+/// count a slow run against its model: with 50 clients of a tiny model on a busy machine, the queue then took
+/// 0.5-1 % of the runs; docs/benchmarks.md, stop 40).
 pub enum Late {
     /// Queue it instead, once this has passed (as an inline run that waits on its lane gives up at its
     /// deadline); its lane comes back once the worker has answered.

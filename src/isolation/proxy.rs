@@ -340,8 +340,9 @@ impl LoadedModel for RemoteModel {
         let Some(process) = self.remote.loaded_process() else { return done(Posted::NotPosted) };
         let left = req.deadline.saturating_duration_since(Instant::now());
         // Within: it answers STOPPED at the deadline, which the worker counts from when it reads the request, so
-        // a run waiting behind others there is given the limit again before it is run elsewhere. Else it runs
-        // to the end, as on a queue, or overruns its kill switch: then the worker is killed, as then.
+        // a run waiting behind others there is given the limit again (and longer while the worker answers others:
+        // post.rs, `Late`) before it is run elsewhere. Else it runs to the end, as on a queue, or overruns its kill
+        // switch: then the worker is killed, as then.
         let late = match within {
             true => (Late::GiveUp(req.deadline + req.limit()), req.limit()),
             false => (Late::Kill(req.deadline + req.limit() + GRACE), req.limit() + GRACE),
