@@ -1,6 +1,6 @@
 """Same-run A/B of module builds (or of one build with other load-time arguments) on the workloads whose cost a
 change to the engine or the backends' allocators may show in: the tiny ONNX model at 50 clients (req/s, and its
-ratio to PING) as MODELEXECUTE and as a LOAD -> MODELEXECUTE -> TENSORGET DAG, heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us), and RedisAI's TF fraud
+ratio to PING) as MODELEXECUTE and as a LOAD -> MODELEXECUTE -> TENSORGET DAG, heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us; at 1 row also the backend's own run, by AI.INFO), and RedisAI's TF fraud
 graph at 16 clients (req/s). Each variant runs on a server of its own; rounds are interleaved across the variants
 so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints every round and the median, and
 for the req/s workloads the CPU µs per request of Redis's main thread, its other threads, the backend workers and
@@ -56,6 +56,18 @@ def single(cmd, n):
     return lambda s: bench.single_client_p50(s.port, n, cmd)[1]
 
 
+def backend_run(model, cmd, n):
+    """The backend's own run time (µs, mean): AI.INFO's duration over its calls, for `n` runs from one client.
+    Isolated, that is the worker's clock: the run without the trip there and back."""
+    def measure(s):
+        s.cli("AI.INFO", model, "RESETSTAT")
+        bench.single_client_p50(s.port, n, cmd)
+        lines = s.cli("AI.INFO", model).splitlines()
+        info = dict(zip(lines[::2], lines[1::2]))
+        return int(info["duration"]) / int(info["calls"])
+    return measure
+
+
 def rps(cmd, clients, n):
     """req/s, with the CPU µs per request of the main thread, Redis's other threads, the backend workers and the
     load generator."""
@@ -76,6 +88,7 @@ def define(requests, heavy_runs, torch_runs):
         "tiny ONNX DAG req/s (50 clients)": (None, rps(bench.DAG, 50, requests), "req/s"),
         "heavy.onnx 1 row p50 us": (h := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x1", "OUTPUTS", "1", "y"),
                                     single(h, heavy_runs), "us"),
+        "heavy.onnx 1 row backend run us": (None, backend_run("h", h, heavy_runs), "us"),
         "heavy.onnx 64 rows p50 us": (h64 := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x64", "OUTPUTS", "1", "y"),
                                       single(h64, heavy_runs // 4), "us"),
         "torch_slow.pt 256x256 p50 us": (t := ("AI.MODELEXECUTE", "t", "INPUTS", "1", "tx", "OUTPUTS", "1", "ty"),

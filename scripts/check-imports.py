@@ -140,8 +140,7 @@ def main():
         self_test()
         args = args[1:]
     src = Path(args[0] if args else "src")
-    # src/bin/ holds executables (their own crates over the library), not modules of it.
-    files = {module_of(src, p): p for p in src.rglob("*.rs") if p.relative_to(src).parts[0] != "bin"}
+    files = {module_of(src, p): p for p in src.rglob("*.rs")}
     modules = set(files)
     graph = {}
     for mod, path in files.items():

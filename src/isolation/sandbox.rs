@@ -197,9 +197,6 @@ pub fn detach(parent: i32) -> Result<()> {
         libc::signal(libc::SIGSEGV, libc::SIG_DFL);
         libc::signal(libc::SIGBUS, libc::SIG_DFL);
     }
-    // Few malloc arenas: each reserves 64 MB of address space, which counts against the limit.
-    // SAFETY: mallopt with integer arguments, before any other thread exists.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 4) };
     Ok(())
 }
 
