@@ -95,12 +95,18 @@ def test_a_worker_holds_only_its_channel_and_lanes_and_dies_with_redis(make_serv
     assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status, status
     srv.kill()  # SIGKILL: no shutdown code runs, the kernel's death signal still ends the worker
     deadline = time.monotonic() + 5
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(") ")[1].startswith("Z"):
-                break
+    while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z")
+    assert gone(pid)
+
+
+def gone(pid):
+    """The process has exited: no longer there, or a zombie that nobody reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].startswith("Z")
+    except FileNotFoundError:
+        return True
 
 
 # -------------------------------------------------------------------------------------------------
