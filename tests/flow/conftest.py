@@ -61,6 +61,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "in_process: the test is about in-process execution (inline runs, the "
                             "queue threads' own CPU time): its servers run backends in Redis's process whatever "
                             "REDISAI_EXECUTION_MODE says")
+    # An exception in a test's own thread (a client thread of a concurrency test) fails that test: pytest alone
+    # only warns, and the thread's checks would be lost without a trace.
+    config.addinivalue_line("filterwarnings", "error::pytest.PytestUnhandledThreadExceptionWarning")
 
 
 def pytest_report_header(config):
