@@ -3,8 +3,9 @@ change to the engine or the backends' allocators may show in: the tiny ONNX mode
 ratio to PING) as MODELEXECUTE and as a LOAD -> MODELEXECUTE -> TENSORGET DAG, heavy.onnx at 1 and 64 rows and a TORCH model from one client (p50 us; at 1 row also the backend's own run, by AI.INFO), and RedisAI's TF fraud
 graph at 16 clients (req/s). Each variant runs on a server of its own; rounds are interleaved across the variants
 so that the machine's speed changes hit each alike (docs/benchmarks.md). Prints every round and the median, and
-for the req/s workloads the CPU µs per request of Redis's main thread, its other threads, the backend workers and
-the load generator, with the throughput ratios those bound (docs/benchmarks.md, "Where the CPU goes").
+for the req/s workloads and heavy.onnx at 1 row the CPU µs per request of Redis's main thread, its other threads,
+the backend workers and the load generator (for req/s, with the throughput ratios those bound: docs/benchmarks.md,
+"Where the CPU goes").
 
     REDISAI_ONNX_LIB=… REDISAI_TF_LIB=… .venv/bin/python bench/ab_workloads.py \\
         before=/tmp/old/target/release/libredisai.so after=target/release/libredisai.so [--rounds 3]
@@ -22,6 +23,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -56,6 +58,19 @@ def single(cmd, n):
     return lambda s: bench.single_client_p50(s.port, n, cmd)[1]
 
 
+def single_cpu(cmd, n):
+    """p50 (µs) as `single`, with the CPU µs per MODELEXECUTE (its interleaved PING included) of the main thread,
+    Redis's other threads, the backend workers and the client. One client's requests go one after another, so
+    the main thread's share is on every request's path; the backends' pool threads count what they spin."""
+    def measure(s):
+        before, client = s.cpu(), time.thread_time()
+        p50 = bench.single_client_p50(s.port, n, cmd)[1]
+        client = time.thread_time() - client
+        used = [(b - a) * 1e6 / n for a, b in zip(before, s.cpu())] + [client * 1e6 / n]
+        return p50, used
+    return measure
+
+
 def backend_run(model, cmd, n):
     """The backend's own run time (µs, mean): AI.INFO's duration over its calls, for `n` runs from one client.
     Isolated, that is the worker's clock: the run without the trip there and back."""
@@ -87,7 +102,7 @@ def define(requests, heavy_runs, torch_runs):
         "tiny ONNX req/s (50 clients)": (bench.EXECUTE, rps(bench.EXECUTE, 50, requests), "req/s"),
         "tiny ONNX DAG req/s (50 clients)": (None, rps(bench.DAG, 50, requests), "req/s"),
         "heavy.onnx 1 row p50 us": (h := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x1", "OUTPUTS", "1", "y"),
-                                    single(h, heavy_runs), "us"),
+                                    single_cpu(h, heavy_runs), "us"),
         "heavy.onnx 1 row backend run us": (None, backend_run("h", h, heavy_runs), "us"),
         "heavy.onnx 64 rows p50 us": (h64 := ("AI.MODELEXECUTE", "h", "INPUTS", "1", "x64", "OUTPUTS", "1", "y"),
                                       single(h64, heavy_runs // 4), "us"),
@@ -152,20 +167,20 @@ def main():
         print("%-30s %s" % ("  rounds", "  ".join("%s: %s" % (n, "/".join("%.0f" % x for x in res[(n, w)]))
                                                    for n, _, _ in variants)))
         if all(cpu[(n, w)] for n, _, _ in variants):
-            print_cpu(w, [n for n, _, _ in variants], cpu)
+            print_cpu(w, [n for n, _, _ in variants], cpu, bounds=unit == "req/s")
 
 
-def print_cpu(w, names, cpu):
-    """The median CPU µs per request by consumer, and the throughput ratios they predict: with every consumer
-    sharing the cores (this 2-vCPU machine: the bound is their sum) and with a core each (the bound is the
-    busiest). A prediction from CPU time, which varies less than req/s here; not a measurement of another
-    machine."""
+def print_cpu(w, names, cpu, bounds):
+    """The median CPU µs per request by consumer, and for a throughput row (`bounds`) the ratios they predict:
+    with every consumer sharing the cores (this 2-vCPU machine: the bound is their sum) and with a core each
+    (the bound is the busiest). A prediction from CPU time, which varies less than req/s here; not a
+    measurement of another machine."""
     med = {n: [statistics.median(c[i] for c in cpu[(n, w)]) for i in range(4)] for n in names}
     for n in names:
         print("%-30s %s: main %.2f, threads %.2f, workers %.2f, client %.2f = %.2f" % (
             "  CPU us/req", n, *med[n], sum(med[n])))
     base = med[names[0]]
-    for n in names[1:]:
+    for n in names[1:] if bounds else []:
         print("%-30s %s: cores shared %.3f, a core each %.3f" % (
             "  CPU-bound ratio", n, sum(base) / sum(med[n]), max(base) / max(med[n])))
 
