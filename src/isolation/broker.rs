@@ -1,7 +1,8 @@
 //! The few files a worker's backends open after the sandbox is in, handed out without opening anything: the
 //! filter traps `open`/`openat` (SIGSYS), and the handler answers with a copy of what was read or opened
 //! before the sandbox — `/dev/urandom` (TensorFlow seeds generators from it and aborts when it cannot) and
-//! snapshots of the CPU's description (the backends' CPU detection) — and EPERM for any other path.
+//! snapshots of the CPU's description (the backends' CPU detection) — and EPERM for any other path. Every
+//! other call the filter refuses comes here too, to be counted (refused.rs) and answered EPERM.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -15,6 +16,7 @@ const SNAPSHOTS: &[&str] = &[
     "/sys/devices/system/cpu/online",
 ];
 const URANDOM: &str = "/dev/urandom";
+const EMPTY_PATH: u64 = libc::AT_EMPTY_PATH as u64;
 
 static TAKEN: OnceLock<Vec<(&'static str, Vec<u8>)>> = OnceLock::new();
 static URANDOM_FD: AtomicI32 = AtomicI32::new(-1);
@@ -76,13 +78,9 @@ extern "C" fn on_sigsys(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mu
     // number and arguments, and RAX is where the call's result goes when the handler returns.
     unsafe {
         let g = &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs;
-        let nr = g[libc::REG_RAX as usize];
-        let path = match nr {
-            n if n == libc::SYS_open => g[libc::REG_RDI as usize],
-            n if n == libc::SYS_openat => g[libc::REG_RSI as usize],
-            _ => 0,
-        } as *const libc::c_char;
-        g[libc::REG_RAX as usize] = open(path);
+        let args = [libc::REG_RDI, libc::REG_RSI, libc::REG_RDX, libc::REG_R10, libc::REG_R8, libc::REG_R9]
+            .map(|r| g[r as usize] as u64);
+        g[libc::REG_RAX as usize] = answer(g[libc::REG_RAX as usize], args);
     }
 }
 
@@ -91,7 +89,36 @@ extern "C" fn on_sigsys(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mu
     // SAFETY: as on x86_64: x8 holds the call's number, x0.. its arguments, x0 its result.
     unsafe {
         let r = &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.regs;
-        let path = if r[8] as i64 == libc::SYS_openat { r[1] } else { 0 } as *const libc::c_char;
-        r[0] = open(path) as u64;
+        let args = [r[0], r[1], r[2], r[3], r[4], r[5]];
+        r[0] = answer(r[8] as i64, args) as u64;
     }
+}
+
+/// A trapped call's result: a file the broker serves, `fstat` asked as `newfstatat`, or EPERM (counted, with the
+/// path the call named).
+fn answer(nr: i64, args: [u64; 6]) -> i64 {
+    let path = super::refused::path_arg(nr).map_or(std::ptr::null(), |i| args[i] as *const libc::c_char);
+    // glibc's `fstat(fd)` is `newfstatat(fd, "", buf, AT_EMPTY_PATH)`: the descriptor's own metadata, which
+    // `fstat` (allowed) gives. Any other path stays refused.
+    // SAFETY: reads the first byte of the caller's path (a bad pointer faults in the worker, never in Redis).
+    if nr == libc::SYS_newfstatat && !path.is_null() && unsafe { *path } == 0 && args[3] & EMPTY_PATH != 0 {
+        // SAFETY: fstat of the caller's descriptor into the caller's buffer, as the call asked; errno is put
+        // back, since the interrupted code gets the result from this handler, not from errno.
+        return unsafe {
+            let saved = *libc::__errno_location();
+            let r = libc::syscall(libc::SYS_fstat, args[0] as libc::c_int, args[2] as *mut libc::stat);
+            let r = if r < 0 { -(*libc::__errno_location() as i64) } else { r };
+            *libc::__errno_location() = saved;
+            r
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    let opening = nr == libc::SYS_openat || nr == libc::SYS_open;
+    #[cfg(not(target_arch = "x86_64"))]
+    let opening = nr == libc::SYS_openat;
+    let result = if opening { open(path) } else { -(libc::EPERM as i64) };
+    if result == -(libc::EPERM as i64) {
+        super::refused::count(nr, path);
+    }
+    result
 }

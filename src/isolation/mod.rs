@@ -13,6 +13,7 @@ mod lane;
 mod notifier;
 mod post;
 mod proxy;
+mod refused;
 mod request;
 pub mod sandbox;
 mod supervisor;
@@ -130,24 +131,43 @@ pub fn info_fields(section: &str) -> Vec<(String, u64)> {
     out
 }
 
-/// INFO's per-worker lines: `(field, value)` with the worker's pid, resident memory, restarts and last exit.
+/// INFO's per-worker lines: `(field, value)` with the worker's pid, resident memory, restarts, last exit, and the
+/// system calls its sandbox refused (how many, and the last: a backend that fails inside the sandbox says why).
 pub fn info() -> Vec<(String, String)> {
     supervisor::slots()
         .iter()
         .map(|s| {
             let current = s.current();
+            let sandbox: Vec<(String, u64)> = current
+                .as_ref()
+                .and_then(|p| proxy::worker_info(p).ok())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(section, _, _)| section == worker::SANDBOX_SECTION)
+                .map(|(_, field, value)| (field, value))
+                .collect();
+            let sandbox_field = |name: &str| sandbox.iter().find(|(f, _)| f == name).map_or(0, |(_, v)| *v);
+            let last_refused = match sandbox_field("last_refused") {
+                0 => "none".to_string(),
+                n => {
+                    let nr = n as i64 - 1;
+                    refused::name(nr).map_or_else(|| format!("call_{nr}"), str::to_string)
+                }
+            };
             let field = format!(
                 "worker_{}_{}",
                 s.device.replace(':', "_").to_ascii_lowercase(),
                 s.kind.name().to_ascii_lowercase()
             );
             let value = format!(
-                "pid={},generation={},rss={},restarts={},last_exit={}",
+                "pid={},generation={},rss={},restarts={},last_exit={},refused_calls={},last_refused={}",
                 current.as_ref().map_or(0, |p| p.pid),
                 current.as_ref().map_or(0, |p| p.generation),
                 current.as_ref().map_or(0, |p| supervisor::rss(p.pid)),
                 s.restarts.load(std::sync::atomic::Ordering::Relaxed),
                 s.last_exit.lock().as_deref().unwrap_or("none").replace([' ', ',', ':'], "_"),
+                sandbox_field("refused_calls"),
+                last_refused,
             );
             (field, value)
         })

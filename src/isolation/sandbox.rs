@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 const SECCOMP_SET_MODE_FILTER: libc::c_ulong = 1;
 const SECCOMP_FILTER_FLAG_TSYNC: libc::c_ulong = 1;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 const SECCOMP_RET_TRAP: u32 = 0x0003_0000;
 const BPF_LD_W_ABS: u16 = 0x20;
@@ -124,11 +123,12 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 }
 
 /// The filter: the architecture checked first (another ABI's numbers would mean other calls), each allowed
-/// call let through, opening a file trapped (the broker answers: broker.rs), `prlimit64` only to read a limit, `prctl` only for the options above; anything else fails
-/// with EPERM, which the backends treat as a missing file or feature rather than crashing.
+/// call let through, opening a file trapped (the broker answers: broker.rs), `prlimit64` only to read a limit, `prctl` only for the options above; anything else is
+/// trapped too, and the handler counts it (refused.rs) and fails it with EPERM, which the backends treat as a
+/// missing file or feature rather than crashing.
 pub fn filter() -> Vec<libc::sock_filter> {
     let allow = stmt(BPF_RET_K, SECCOMP_RET_ALLOW);
-    let deny = stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    let deny = stmt(BPF_RET_K, SECCOMP_RET_TRAP);
     let mut f = vec![
         stmt(BPF_LD_W_ABS, ARCH),
         jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
@@ -244,6 +244,7 @@ fn apply_filter() -> Result<()> {
 /// `redisai-worker --sandbox-test`: confines itself as a worker does and tries what a worker must not do; one
 /// line per attempt, and whether every one was refused.
 pub fn self_test() -> bool {
+    super::refused::set_label("sandbox test");
     // SAFETY: getppid has no arguments.
     if let Err(e) = detach(unsafe { libc::getppid() }).and_then(|()| confine(1 << 30)) {
         println!("sandbox: {e}");
@@ -278,6 +279,11 @@ pub fn self_test() -> bool {
             libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c"/etc/passwd".as_ptr(), [0u8; 256].as_mut_ptr(), 0),
         );
     }
+    // Each refusal above was counted (INFO's per-worker line shows the count).
+    let (counted, last) = super::refused::totals();
+    let told = counted >= 10 && last == Some(libc::SYS_newfstatat);
+    println!("refusals counted: {counted}, the last {}", last.and_then(super::refused::name).unwrap_or("none"));
+    all &= told;
     // What it may do: threads, memory, time, and read the broker's files.
     let mut buf = [0u8; 8];
     // SAFETY: open of a static path and a read into a local buffer.
@@ -286,6 +292,16 @@ pub fn self_test() -> bool {
         fd >= 0 && libc::read(fd, buf.as_mut_ptr().cast(), 8) == 8
     };
     println!("read /dev/urandom: {}", if random { "allowed" } else { "FAILED" });
+    // fstat of a descriptor it holds, as glibc asks for it (newfstatat with an empty path: broker.rs).
+    // SAFETY: newfstatat of the descriptor just opened, with an empty path, into a local stat.
+    let fstat = unsafe {
+        let fd = libc::open(c"/dev/urandom".as_ptr(), libc::O_RDONLY);
+        let mut st: libc::stat = std::mem::zeroed();
+        let r = libc::syscall(libc::SYS_newfstatat, fd, c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH);
+        r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+    };
+    println!("fstat as newfstatat(fd, \"\"): {}", if fstat { "allowed" } else { "FAILED" });
+    all &= fstat;
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| s.contains("processor"));
     println!("read /proc/cpuinfo (snapshot): {}", if cpuinfo { "allowed" } else { "FAILED" });
     all &= random && cpuinfo;
@@ -309,6 +325,6 @@ mod tests {
         }
         assert!(f.len() < 4096, "BPF_MAXINSNS");
         let last = f.last().unwrap();
-        assert_eq!((last.code, last.k), (BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32), "default: refuse");
+        assert_eq!((last.code, last.k), (BPF_RET_K, SECCOMP_RET_TRAP), "default: refuse (the handler counts it)");
     }
 }

@@ -56,6 +56,7 @@ fn start(args: &[String]) -> Result<()> {
     let [parent, backend, bound, module_dir, rest @ ..] = args else { return Err(bad()) };
     super::sandbox::detach(parent.parse().map_err(|_| bad())?)?;
     let kind = crate::backend_kind::BackendKind::parse(backend.as_bytes())?;
+    super::refused::set_label(kind.name());
     let bound: u64 = bound.parse().map_err(|_| bad())?;
     let pairs: Vec<&[u8]> = rest.iter().map(|s| s.as_bytes()).collect();
     let mut config = Config::from_args(&pairs)?;
@@ -289,7 +290,10 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
         }
         wire::INFO => {
             drop(map);
-            let fields: Vec<_> = backends::BACKENDS.iter().flat_map(|b| (b.info)()).collect();
+            let mut fields: Vec<_> = backends::BACKENDS.iter().flat_map(|b| (b.info)()).collect();
+            let (refusals, last) = super::refused::totals();
+            fields.push((SANDBOX_SECTION, "refused_calls", refusals));
+            fields.push((SANDBOX_SECTION, "last_refused", last.map_or(0, |nr| nr as u64 + 1)));
             Ok(Reply::Write(Box::new(move |lane| {
                 Writer(lane).list(&fields, |w, (section, field, value)| {
                     w.bytes(section.as_bytes()).bytes(field.as_bytes()).u64(*value);
@@ -299,6 +303,10 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
         _ => Err(Error::Internal("backend worker: unknown request".into())),
     }
 }
+
+/// The section of a worker's INFO answer that tells of its sandbox: the calls its filter refused (`refused_calls`)
+/// and the last of them (`last_refused`: the call's number + 1, 0 before any).
+pub const SANDBOX_SECTION: &str = "sandbox";
 
 fn not_loaded() -> Error {
     Error::Internal("backend worker: the model is not loaded here".into())

@@ -22,6 +22,7 @@ import redis
 from helpers.onnx_models import TWO_DEVICE_DAG, TWO_DEVICE_DAG_REPLY, blob, get_tensor, set_tensor, two_device_dag
 from helpers.server import MODULE_PATH
 from helpers.tf_graphs import DT_INT32, DT_STRING, a_type, const_str, graph_def, node_def, placeholder
+from helpers.tf_models import tf_blob
 from helpers.torch_models import entry
 
 ISOLATED = ["EXECUTION_MODE", "ISOLATED"]
@@ -29,7 +30,7 @@ WORKER = Path(MODULE_PATH).resolve().parent / "redisai-worker"
 
 
 def workers(con):
-    """INFO's worker lines: {field: {pid, generation, rss, restarts, last_exit}}."""
+    """INFO's worker lines: {field: {pid, generation, rss, restarts, last_exit, refused_calls, last_refused}}."""
     return {k: v for k, v in con.info("ai").items() if k.startswith("ai_worker_")}
 
 
@@ -74,9 +75,59 @@ def test_the_worker_cannot_open_files_make_sockets_run_programs_or_raise_its_lim
     for attempt in ("open /etc/passwd", "open /proc/self/environ", "openat /tmp, create", "socket AF_INET",
                     "socket AF_UNIX", "execve /bin/true", "ptrace TRACEME", "raise RLIMIT_AS", "stat /etc/passwd"):
         assert lines.get(attempt) == "refused", (attempt, out.stdout, out.stderr)
-    for allowed in ("read /dev/urandom", "read /proc/cpuinfo (snapshot)", "thread and memory"):
+    for allowed in ("read /dev/urandom", 'fstat as newfstatat(fd, "")', "read /proc/cpuinfo (snapshot)",
+                    "thread and memory"):
         assert lines.get(allowed) == "allowed", (allowed, out.stdout, out.stderr)
+    # Each refusal is counted, and the first of each call (and each that names a path) told on stderr.
+    assert lines["refusals counted"] == "10, the last newfstatat", out.stdout
+    told = out.stderr.splitlines()
+    for line in ("refused system call openat (%d): /etc/passwd" % OPENAT, "refused system call socket (41)",
+                 "refused system call execve (59): /bin/true", "refused system call ptrace (101)"):
+        assert "redisai-worker (sandbox test): " + line in told, (line, out.stderr)
+    assert sum("socket" in t for t in told) == 1, out.stderr  # the second socket is counted, not told
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+OPENAT = 257  # x86_64's number, which the lines above name
+
+
+def test_info_counts_what_each_worker_s_sandbox_refused_and_no_run_adds_to_it(make_server):
+    """INFO's worker lines count the calls each worker's filter refused and name the last; a backend that needs
+    a refused call then says which. What the backends ask for while they load stays out of their runs: a
+    refusal costs a signal, and none may come per request."""
+    srv = make_server(module_args=ISOLATED)
+    con = srv.client()
+    con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
+    con.execute_command("AI.MODELSTORE", "tf", "TF", "CPU", "INPUTS", 1, "x", "OUTPUTS", 1, "y",
+                        "BLOB", tf_blob("dense"))
+    con.execute_command("AI.SCRIPTSTORE", "s", "CPU", "ENTRY_POINTS", 1, "bar",
+                        "SOURCE", entry("bar", "return tensors[0] + tensors[1]"))
+    set_tensor(con, "a", np.array([[2.0]], dtype=np.float32))
+    set_tensor(con, "x", np.ones((1, 4), dtype=np.float32))
+
+    def run_each(n):
+        for _ in range(n):
+            assert con.execute_command("AI.MODELEXECUTE", "m", "INPUTS", 2, "a", "a", "OUTPUTS", 1, "c") == b"OK"
+            assert con.execute_command("AI.MODELEXECUTE", "tf", "INPUTS", 1, "x", "OUTPUTS", 1, "y") == b"OK"
+            assert con.execute_command("AI.SCRIPTEXECUTE", "s", "bar", "INPUTS", 2, "a", "a",
+                                       "OUTPUTS", 1, "d") == b"OK"
+
+    run_each(3)
+    before = workers(con)
+    run_each(50)
+    after = workers(con)
+    names = ("ai_worker_cpu_onnx", "ai_worker_cpu_tf", "ai_worker_cpu_torch")
+    for w in names:
+        assert after[w]["refused_calls"] == before[w]["refused_calls"], (w, before[w], after[w])
+        assert after[w]["pid"] == before[w]["pid"], w
+    # ONNX Runtime 1.31 asks for nothing the filter refuses, loading or running.
+    assert after["ai_worker_cpu_onnx"]["refused_calls"] == 0
+    assert after["ai_worker_cpu_onnx"]["last_refused"] == "none"
+    # TensorFlow 2.21 probes /proc and /sys as it loads (NUMA nodes, CPU frequencies, /proc/meminfo: ~20
+    # refused opens and stats), which the count shows, with the last call by name.
+    tf = after["ai_worker_cpu_tf"]
+    assert tf["refused_calls"] > 0 and tf["last_refused"] in ("openat", "open", "newfstatat", "faccessat2",
+                                                              "access", "statx"), tf
 
 
 def test_a_worker_holds_only_its_channel_and_lanes_and_dies_with_redis(make_server):
