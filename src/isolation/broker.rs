@@ -5,7 +5,7 @@
 //! other call the filter refuses comes here too, to be counted (refused.rs) and answered EPERM.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 /// Paths served from a snapshot taken before the sandbox, as a fresh in-memory file each time.
@@ -20,9 +20,13 @@ const EMPTY_PATH: u64 = libc::AT_EMPTY_PATH as u64;
 
 static TAKEN: OnceLock<Vec<(&'static str, Vec<u8>)>> = OnceLock::new();
 static URANDOM_FD: AtomicI32 = AtomicI32::new(-1);
+/// A GPU worker's other opens go to the kernel (`openat2`, which its filter allows), under its Landlock ruleset.
+static KERNEL_OPENS: AtomicBool = AtomicBool::new(false);
 
-/// Reads the snapshots, opens /dev/urandom and installs the SIGSYS handler (before the filter).
-pub fn prepare() {
+/// Reads the snapshots, opens /dev/urandom and installs the SIGSYS handler (before the filter);
+/// `kernel_opens`: a GPU worker's, whose other opens go to the kernel under Landlock.
+pub fn prepare(kernel_opens: bool) {
+    KERNEL_OPENS.store(kernel_opens, Ordering::Release);
     let snaps = SNAPSHOTS.iter().filter_map(|p| std::fs::read(p).ok().map(|b| (*p, b))).collect();
     let _ = TAKEN.set(snaps);
     // SAFETY: open of a static path; the descriptor is kept for the life of the process.
@@ -112,13 +116,62 @@ fn answer(nr: i64, args: [u64; 6]) -> i64 {
             r
         };
     }
+    // (dirfd, flags, mode) of an open.
     #[cfg(target_arch = "x86_64")]
-    let opening = nr == libc::SYS_openat || nr == libc::SYS_open;
+    let opening = match nr {
+        libc::SYS_openat => Some((args[0] as i64, args[2], args[3])),
+        libc::SYS_open => Some((libc::AT_FDCWD as i64, args[1], args[2])),
+        _ => None,
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let opening = nr == libc::SYS_openat;
-    let result = if opening { open(path) } else { -(libc::EPERM as i64) };
-    if result == -(libc::EPERM as i64) {
+    let opening = (nr == libc::SYS_openat).then(|| (args[0] as i64, args[2], args[3]));
+    let mut result = if opening.is_some() { open(path) } else { -(libc::EPERM as i64) };
+    if let Some((dirfd, flags, mode)) = opening.filter(|_| result < 0 && KERNEL_OPENS.load(Ordering::Acquire)) {
+        result = kernel_open(dirfd, path, flags, mode);
+    }
+    if result == -(libc::EPERM as i64) || result == -(libc::EACCES as i64) {
         super::refused::count(nr, path);
     }
     result
+}
+
+/// `openat(dirfd, path, flags, mode)` as `openat2`, which the filter lets through to the kernel (and Landlock),
+/// where `openat` comes back here. `openat2` refuses flags and modes that `openat` ignores: those are dropped.
+fn kernel_open(dirfd: i64, path: *const libc::c_char, flags: u64, mode: u64) -> i64 {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let valid = (libc::O_ACCMODE
+        | libc::O_CREAT
+        | libc::O_EXCL
+        | libc::O_NOCTTY
+        | libc::O_TRUNC
+        | libc::O_APPEND
+        | libc::O_NONBLOCK
+        | libc::O_SYNC
+        | libc::O_DSYNC
+        | libc::O_ASYNC
+        | libc::O_DIRECT
+        | libc::O_LARGEFILE
+        | libc::O_DIRECTORY
+        | libc::O_NOFOLLOW
+        | libc::O_NOATIME
+        | libc::O_CLOEXEC
+        | libc::O_PATH
+        | libc::O_TMPFILE) as u64;
+    let flags = flags & valid;
+    let creating = flags & (libc::O_CREAT | libc::O_TMPFILE) as u64 != 0;
+    let how = OpenHow { flags, mode: if creating { mode & 0o7777 } else { 0 }, resolve: 0 };
+    // SAFETY: openat2 with the caller's descriptor and path and a valid `open_how` of the size given; errno is
+    // put back, since the interrupted code gets the result from this handler, not from errno.
+    unsafe {
+        let saved = *libc::__errno_location();
+        let r = libc::syscall(libc::SYS_openat2, dirfd as libc::c_int, path, &how, std::mem::size_of::<OpenHow>());
+        let r = if r < 0 { -(*libc::__errno_location() as i64) } else { r };
+        *libc::__errno_location() = saved;
+        r
+    }
 }

@@ -9,6 +9,7 @@
 mod broker;
 mod callbacks;
 mod channel;
+mod landlock;
 mod lane;
 mod notifier;
 mod post;
@@ -16,6 +17,7 @@ mod proxy;
 mod refused;
 mod request;
 pub mod sandbox;
+mod self_test;
 mod supervisor;
 mod wire;
 pub mod worker;

@@ -1,7 +1,14 @@
-//! What a worker does to itself before it takes a model: only its channel open, dead when Redis dies, no new
-//! privileges, an address-space limit derived from the backend memory bound, no core dumps, and a seccomp filter
-//! that lets the backends compute, allocate and make threads but not open a file, make a socket, run a program,
-//! trace a process or raise a limit. Applied after the backend library is loaded (loading opens files).
+//! What a worker does to itself before it takes a model: only its channel open, dead when Redis dies, first in
+//! line for the kernel's OOM killer, no new privileges, an address-space limit derived from the backend memory
+//! bound, no core dumps, and a seccomp filter that lets the backends compute, allocate and make threads but not
+//! open a file, make a socket, run a program, trace a process or raise a limit. Applied after the backend
+//! library is loaded (loading opens files).
+//!
+//! A GPU worker (`Policy::Gpu`) differs where CUDA needs it to: CUDA opens its device nodes and libraries
+//! lazily and drives the device through `ioctl`, and it reserves more address space than any bound. Its opens
+//! go to the kernel under a Landlock ruleset made before the library loads (so that every thread is under it:
+//! `gpu_rules`), `ioctl` is allowed but for a terminal's input injection, stat calls are allowed, and there is
+//! no address-space limit.
 
 use crate::error::{Error, Result};
 
@@ -112,6 +119,54 @@ const TRAPPED: &[libc::c_long] = &[
     libc::SYS_openat,
 ];
 
+/// What a GPU worker may do besides (CUDA's driver and runtime): open what the Landlock ruleset allows
+/// (`openat2`, which the broker uses for the trapped opens: broker.rs), stat paths, list directories, poll its
+/// own descriptors. `ioctl` is allowed apart (`filter`).
+const GPU_ALLOWED: &[libc::c_long] = &[
+    libc::SYS_openat2,
+    libc::SYS_newfstatat,
+    libc::SYS_statx,
+    libc::SYS_faccessat,
+    libc::SYS_faccessat2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_access,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_stat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_lstat,
+    libc::SYS_getdents64,
+    libc::SYS_pipe2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_poll,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_pwait,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_epoll_wait,
+];
+
+/// `ioctl` requests a GPU worker may not make on any descriptor: pushing input into a terminal (stderr may be
+/// Redis's) and the console's. The kernel reads the request as 32 bits, so the low word is what is compared.
+const REFUSED_IOCTLS: &[u32] = &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32];
+
+/// Which confinement a worker gets.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Policy {
+    Cpu,
+    Gpu,
+}
+
+impl Policy {
+    /// A GPU device's workers get the GPU policy (device names as `Device::parse` reads them: `GPU`, `gpu:1`).
+    pub fn for_device(device: &str) -> Policy {
+        if device.len() >= 3 && device[..3].eq_ignore_ascii_case("gpu") {
+            Policy::Gpu
+        } else {
+            Policy::Cpu
+        }
+    }
+}
+
 /// prctl options a backend uses on itself: naming threads (and glibc naming its mappings).
 const ALLOWED_PRCTL: &[u32] = &[libc::PR_SET_NAME as u32, libc::PR_GET_NAME as u32, 0x5356_4d41 /* PR_SET_VMA */];
 
@@ -126,7 +181,7 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 /// call let through, opening a file trapped (the broker answers: broker.rs), `prlimit64` only to read a limit, `prctl` only for the options above; anything else is
 /// trapped too, and the handler counts it (refused.rs) and fails it with EPERM, which the backends treat as a
 /// missing file or feature rather than crashing.
-pub fn filter() -> Vec<libc::sock_filter> {
+pub fn filter(policy: Policy) -> Vec<libc::sock_filter> {
     let allow = stmt(BPF_RET_K, SECCOMP_RET_ALLOW);
     let deny = stmt(BPF_RET_K, SECCOMP_RET_TRAP);
     let mut f = vec![
@@ -135,8 +190,20 @@ pub fn filter() -> Vec<libc::sock_filter> {
         stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
         stmt(BPF_LD_W_ABS, NR),
     ];
-    for nr in ALLOWED {
+    let gpu: &[libc::c_long] = if policy == Policy::Gpu { GPU_ALLOWED } else { &[] };
+    for nr in ALLOWED.iter().chain(gpu) {
         f.push(jump(BPF_JEQ_K, *nr as u32, 0, 1));
+        f.push(allow);
+    }
+    if policy == Policy::Gpu {
+        // ioctl(fd, request, ...): any request but the refused ones (other calls jump past, the number still
+        // loaded).
+        f.push(jump(BPF_JEQ_K, libc::SYS_ioctl as u32, 0, 2 * REFUSED_IOCTLS.len() as u8 + 2));
+        f.push(stmt(BPF_LD_W_ABS, arg_lo(1)));
+        for req in REFUSED_IOCTLS {
+            f.push(jump(BPF_JEQ_K, *req, 0, 1));
+            f.push(deny);
+        }
         f.push(allow);
     }
     for nr in TRAPPED {
@@ -188,6 +255,9 @@ pub fn detach(parent: i32) -> Result<()> {
     if unsafe { libc::getppid() } != parent {
         return Err(Error::Internal("backend worker: Redis exited before the worker started".into()));
     }
+    // Should memory run out, the kernel kills a worker (which Redis replaces) before Redis: a worker may raise
+    // its own score without privileges. Best effort: a read-only /proc leaves it as it was.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     // SAFETY: prctl with integer arguments.
     check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } as _, "PR_SET_NO_NEW_PRIVS")?;
     // A fault ends the worker (Redis sees the signal and replaces it); Rust's handler, which reports stack
@@ -214,24 +284,102 @@ pub fn address_space() -> u64 {
 /// reservations, the lanes' mappings.
 pub const HEADROOM: u64 = 1 << 30;
 
+/// Before the backend library loads, while the process has one thread (Landlock binds the thread that asks
+/// and the threads it starts later, not those already running): a GPU worker's files (`gpu_rules`).
+pub fn restrict_files(policy: Policy) -> Result<()> {
+    match policy {
+        Policy::Cpu => Ok(()),
+        Policy::Gpu => super::landlock::restrict(&gpu_rules()),
+    }
+}
+
+/// What a GPU worker may open: read the libraries (the system's, CUDA toolkits', the backends' and those beside
+/// them) and the descriptions of the machine and of itself; read, write and drive the NVIDIA device nodes.
+/// Not Redis's `dir`, not a home, not `/etc` (but the loader's cache), not another process's `/proc`.
+pub fn gpu_rules() -> Vec<(String, u64)> {
+    use super::landlock::{IOCTL_DEV, READ_DIR, READ_FILE, WRITE_FILE};
+    let mut read: Vec<String> = [
+        "/usr/lib",
+        "/usr/lib64",
+        "/lib",
+        "/lib64",
+        "/usr/local/lib",
+        "/etc/ld.so.cache",
+        "/proc/self",
+        "/proc/driver/nvidia",
+        "/proc/cpuinfo",
+        "/proc/meminfo",
+        "/sys/devices",
+        "/sys/bus",
+        "/sys/class",
+        "/sys/module",
+        "/sys/dev",
+        "/dev/urandom",
+        "/dev/null",
+        "/dev/zero",
+    ]
+    .map(String::from)
+    .to_vec();
+    let entries = |dir: &str, prefix: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|it| {
+                it.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                    .map(|e| e.path().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // CUDA toolkits: /usr/local/cuda, /usr/local/cuda-12.8, …
+    read.extend(entries("/usr/local", "cuda"));
+    // The backends' libraries and what they load beside them: the module's directory, BACKENDSPATH, each
+    // library given at load time and two levels above it (pip's CUDA wheels are found through
+    // `$ORIGIN/../../nvidia/*`), the build's backend cache, LD_LIBRARY_PATH.
+    {
+        let c = crate::config::CONFIG.read();
+        read.extend(c.module_dir.iter().cloned());
+        read.extend(c.backends_path.iter().cloned());
+        for (_, lib) in &c.backend_libs {
+            let lib = std::path::Path::new(lib);
+            read.extend(lib.ancestors().skip(1).take(3).map(|d| d.to_string_lossy().into_owned()));
+        }
+    }
+    let built = [
+        option_env!("REDISAI_ONNX_LIB_DIR"),
+        option_env!("REDISAI_TF_LIB_DIR"),
+        option_env!("REDISAI_TFLITE_LIB_DIR"),
+        option_env!("LIBTORCH"),
+    ];
+    read.extend(built.iter().flatten().map(|d| d.to_string()));
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        read.extend(std::env::split_paths(&paths).map(|p| p.to_string_lossy().into_owned()));
+    }
+    read.retain(|p| p.starts_with('/') && p.len() > 1);
+    let mut rules: Vec<(String, u64)> = read.into_iter().map(|p| (p, READ_FILE | READ_DIR)).collect();
+    // /dev/nvidiactl, /dev/nvidia0…, /dev/nvidia-uvm, /dev/nvidia-caps/…
+    rules.extend(entries("/dev", "nvidia").into_iter().map(|p| (p, READ_FILE | WRITE_FILE | READ_DIR | IOCTL_DEV)));
+    rules
+}
+
 /// Limits, then the filter (for every thread of the process, the backends' own included). `memory_bound` 0:
-/// no address-space limit (the operator asked for an unbounded backend).
-pub fn confine(memory_bound: u64) -> Result<()> {
+/// no address-space limit (the operator asked for an unbounded backend); a GPU worker has none either (CUDA
+/// reserves address space for the device's memory and more: the kernel's OOM killer takes the worker first).
+pub fn confine(memory_bound: u64, policy: Policy) -> Result<()> {
     let set = |resource, value: u64| {
         let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
         // SAFETY: setrlimit with a valid struct.
         check(unsafe { libc::setrlimit(resource, &lim) } as _, "setrlimit")
     };
     set(libc::RLIMIT_CORE, 0)?;
-    super::broker::prepare();
-    if memory_bound > 0 {
+    super::broker::prepare(policy == Policy::Gpu);
+    if memory_bound > 0 && policy == Policy::Cpu {
         set(libc::RLIMIT_AS, address_space().saturating_add(memory_bound).saturating_add(HEADROOM))?;
     }
-    apply_filter()
+    apply_filter(policy)
 }
 
-fn apply_filter() -> Result<()> {
-    let f = filter();
+fn apply_filter(policy: Policy) -> Result<()> {
+    let f = filter(policy);
     let prog = libc::sock_fprog { len: f.len() as u16, filter: f.as_ptr() as *mut libc::sock_filter };
     // SAFETY: NO_NEW_PRIVS is set (detach), so an unprivileged filter is allowed; `prog` points to `f`, which
     // lives across the call (the kernel copies it).
@@ -241,83 +389,84 @@ fn apply_filter() -> Result<()> {
     )
 }
 
-/// `redisai-worker --sandbox-test`: confines itself as a worker does and tries what a worker must not do; one
-/// line per attempt, and whether every one was refused.
-pub fn self_test() -> bool {
-    super::refused::set_label("sandbox test");
-    // SAFETY: getppid has no arguments.
-    if let Err(e) = detach(unsafe { libc::getppid() }).and_then(|()| confine(1 << 30)) {
-        println!("sandbox: {e}");
-        return false;
-    }
-    let mut all = true;
-    let mut attempt = |what: &str, rc: libc::c_long| {
-        let refused = rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        println!("{what}: {}", if refused { "refused" } else { "ALLOWED" });
-        all &= refused;
-    };
-    // SAFETY: each call is made with valid arguments (static strings, null-terminated argument vectors, a
-    // valid rlimit); the filter refuses them before they do anything.
-    unsafe {
-        attempt("open /etc/passwd", libc::open(c"/etc/passwd".as_ptr(), libc::O_RDONLY) as _);
-        attempt("open /proc/self/environ", libc::open(c"/proc/self/environ".as_ptr(), libc::O_RDONLY) as _);
-        attempt(
-            "openat /tmp, create",
-            libc::openat(libc::AT_FDCWD, c"/tmp/redisai-worker-test".as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600)
-                as _,
-        );
-        attempt("socket AF_INET", libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as _);
-        attempt("socket AF_UNIX", libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) as _);
-        let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
-        attempt("execve /bin/true", libc::execve(c"/bin/true".as_ptr(), argv.as_ptr(), std::ptr::null()) as _);
-        attempt("ptrace TRACEME", libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0));
-        let inf = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
-        attempt("raise RLIMIT_AS", libc::setrlimit(libc::RLIMIT_AS, &inf) as _);
-        attempt("prctl PR_SET_DUMPABLE", libc::prctl(libc::PR_SET_DUMPABLE, 1) as _);
-        attempt(
-            "stat /etc/passwd",
-            libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c"/etc/passwd".as_ptr(), [0u8; 256].as_mut_ptr(), 0),
-        );
-    }
-    // Each refusal above was counted (INFO's per-worker line shows the count).
-    let (counted, last) = super::refused::totals();
-    let told = counted >= 10 && last == Some(libc::SYS_newfstatat);
-    println!("refusals counted: {counted}, the last {}", last.and_then(super::refused::name).unwrap_or("none"));
-    all &= told;
-    // What it may do: threads, memory, time, and read the broker's files.
-    let mut buf = [0u8; 8];
-    // SAFETY: open of a static path and a read into a local buffer.
-    let random = unsafe {
-        let fd = libc::open(c"/dev/urandom".as_ptr(), libc::O_RDONLY);
-        fd >= 0 && libc::read(fd, buf.as_mut_ptr().cast(), 8) == 8
-    };
-    println!("read /dev/urandom: {}", if random { "allowed" } else { "FAILED" });
-    // fstat of a descriptor it holds, as glibc asks for it (newfstatat with an empty path: broker.rs).
-    // SAFETY: newfstatat of the descriptor just opened, with an empty path, into a local stat.
-    let fstat = unsafe {
-        let fd = libc::open(c"/dev/urandom".as_ptr(), libc::O_RDONLY);
-        let mut st: libc::stat = std::mem::zeroed();
-        let r = libc::syscall(libc::SYS_newfstatat, fd, c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH);
-        r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR
-    };
-    println!("fstat as newfstatat(fd, \"\"): {}", if fstat { "allowed" } else { "FAILED" });
-    all &= fstat;
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| s.contains("processor"));
-    println!("read /proc/cpuinfo (snapshot): {}", if cpuinfo { "allowed" } else { "FAILED" });
-    all &= random && cpuinfo;
-    let ok =
-        std::thread::spawn(|| vec![1u8; 1 << 20].iter().map(|b| *b as u64).sum::<u64>()).join().ok() == Some(1 << 20);
-    println!("thread and memory: {}", if ok { "allowed" } else { "FAILED" });
-    all && ok
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_filter_s_jumps_land_inside_it() {
-        let f = filter();
+        for policy in [Policy::Cpu, Policy::Gpu] {
+            check_jumps(&filter(policy));
+        }
+    }
+
+    /// What the filter answers for a call: the program run on a `seccomp_data` (LD W ABS, JEQ, JSET and RET:
+    /// what `filter` uses).
+    fn run(f: &[libc::sock_filter], nr: libc::c_long, args: [u64; 6]) -> u32 {
+        let word = |k: u32| -> u32 {
+            match k {
+                NR => nr as u32,
+                ARCH => AUDIT_ARCH,
+                k if k >= 16 => {
+                    let a = args[((k - 16) / 8) as usize];
+                    if (k - 16) % 8 == 0 {
+                        a as u32
+                    } else {
+                        (a >> 32) as u32
+                    }
+                }
+                _ => panic!("offset {k}"),
+            }
+        };
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let ins = f[pc];
+            pc += 1;
+            match ins.code {
+                BPF_LD_W_ABS => acc = word(ins.k),
+                BPF_JEQ_K => pc += if acc == ins.k { ins.jt } else { ins.jf } as usize,
+                BPF_JSET_K => pc += if acc & ins.k != 0 { ins.jt } else { ins.jf } as usize,
+                BPF_RET_K => return ins.k,
+                c => panic!("code {c}"),
+            }
+        }
+    }
+
+    #[test]
+    #[allow(clippy::unnecessary_cast)] // ioctl requests are c_ulong: u64 on 64-bit Linux, not everywhere
+    fn the_filter_answers_each_policy_s_calls() {
+        let (cpu, gpu) = (filter(Policy::Cpu), filter(Policy::Gpu));
+        let none = [0u64; 6];
+        let ioctl = |req: u64| [2, req, 0, 0, 0, 0];
+        for f in [&cpu, &gpu] {
+            assert_eq!(run(f, libc::SYS_read, none), SECCOMP_RET_ALLOW);
+            assert_eq!(run(f, libc::SYS_socket, none), SECCOMP_RET_TRAP);
+            assert_eq!(run(f, libc::SYS_execve, none), SECCOMP_RET_TRAP);
+            assert_eq!(run(f, libc::SYS_openat, none), SECCOMP_RET_TRAP, "opens go to the broker");
+            assert_eq!(run(f, libc::SYS_prlimit64, none), SECCOMP_RET_ALLOW, "reading a limit");
+            assert_eq!(run(f, libc::SYS_prlimit64, [0, 9, 1 << 40, 0, 0, 0]), SECCOMP_RET_TRAP, "setting one");
+            assert_eq!(run(f, libc::SYS_prctl, [libc::PR_SET_NAME as u64, 0, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
+            assert_eq!(run(f, libc::SYS_ioctl, ioctl(libc::TIOCSTI as u64)), SECCOMP_RET_TRAP);
+            assert_eq!(run(f, libc::SYS_ioctl, ioctl((1 << 32) | libc::TIOCSTI as u64)), SECCOMP_RET_TRAP);
+        }
+        assert_eq!(run(&cpu, libc::SYS_ioctl, ioctl(0xc020_462a)), SECCOMP_RET_TRAP, "no ioctl on CPU");
+        assert_eq!(run(&gpu, libc::SYS_ioctl, ioctl(0xc020_462a)), SECCOMP_RET_ALLOW, "a driver's request");
+        assert_eq!(run(&gpu, libc::SYS_ioctl, ioctl(libc::TIOCLINUX as u64)), SECCOMP_RET_TRAP);
+        assert_eq!(run(&cpu, libc::SYS_openat2, none), SECCOMP_RET_TRAP);
+        assert_eq!(run(&gpu, libc::SYS_openat2, none), SECCOMP_RET_ALLOW, "under Landlock");
+        assert_eq!(run(&cpu, libc::SYS_newfstatat, none), SECCOMP_RET_TRAP);
+        assert_eq!(run(&gpu, libc::SYS_newfstatat, none), SECCOMP_RET_ALLOW);
+    }
+
+    #[test]
+    fn gpu_devices_get_the_gpu_policy() {
+        assert_eq!(Policy::for_device("GPU:0"), Policy::Gpu);
+        assert_eq!(Policy::for_device("gpu"), Policy::Gpu);
+        assert_eq!(Policy::for_device("CPU:1"), Policy::Cpu);
+        assert_eq!(Policy::for_device(""), Policy::Cpu);
+    }
+
+    fn check_jumps(f: &[libc::sock_filter]) {
         for (i, ins) in f.iter().enumerate() {
             if ins.code == BPF_JEQ_K || ins.code == BPF_JSET_K {
                 assert!(i + 1 + (ins.jt.max(ins.jf) as usize) < f.len(), "jump at {i} leaves the program");

@@ -287,6 +287,10 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
         // sandbox) and written afterwards: none, and nowhere to make one.
         .env("ORT_DISABLE_TELEMETRY", "1")
         .env("XDG_CACHE_HOME", "/nonexistent/redisai-worker")
+        // Its device queue (a GPU's worker is confined for CUDA: sandbox.rs); CUDA's JIT cache would be written
+        // under the home, which no worker may write.
+        .env(super::worker::DEVICE_VARIABLE, device)
+        .env("CUDA_CACHE_DISABLE", "1")
         .stdin(std::process::Stdio::from(theirs))
         .spawn()
         .map_err(|e| fail(format!("cannot start the backend worker {path}: {e}")))?;
@@ -332,7 +336,6 @@ fn start(device: &str, kind: BackendKind, generation: u64) -> Result<(Arc<Proces
         loaded: Mutex::new(Default::default()),
         to_free: Mutex::new(Vec::new()),
     };
-    let _ = device;
     Ok((Arc::new(p), pidfd))
 }
 

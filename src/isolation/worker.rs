@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::lane::{self, Lane};
+use super::sandbox::Policy;
 use super::wire::{self, Reader, Writer};
 use crate::backends::{self, LoadOptions, LoadedModel, LoadedScript, RunRequest, ScriptRequest};
 use crate::caller::Caller;
@@ -17,6 +18,9 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::script_spec::ScriptSpec;
 use crate::tensor::Tensor;
+
+/// The environment variable through which Redis tells a worker its device queue (`CPU`, `GPU:0`, …).
+pub const DEVICE_VARIABLE: &str = "REDISAI_WORKER_DEVICE";
 
 /// How long a lane's thread polls for the next request before it sleeps: requests that follow each other
 /// within it cost no system call.
@@ -36,7 +40,8 @@ static SCRIPTS: parking_lot::RwLock<Option<HashMap<u64, Arc<dyn LoadedScript>>>>
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--sandbox-test") {
-        return if super::sandbox::self_test() { 0 } else { 1 };
+        let policy = if args.get(1).map(String::as_str) == Some("gpu") { Policy::Gpu } else { Policy::Cpu };
+        return if super::self_test::run(policy) { 0 } else { 1 };
     }
     match start(&args) {
         Ok(()) => 0,
@@ -70,11 +75,15 @@ fn start(args: &[String]) -> Result<()> {
     if kind == crate::backend_kind::BackendKind::Torch {
         backends::torch::set_host(crate::backends::torch_host::host_api::<WorkerHost>());
     }
-    // The library is opened (reading files) before the filter goes in; its load error is the hello's answer.
-    let loaded = backends::open_library(kind).and_then(|version| {
-        super::sandbox::confine(bound)?;
-        Ok(version)
-    });
+    // The device queue this worker serves (Redis passes it): a GPU's gets the GPU policy (sandbox.rs).
+    let policy = Policy::for_device(&std::env::var(DEVICE_VARIABLE).unwrap_or_default());
+    // The library is opened (reading files) before the filter goes in, a GPU worker's after its files are
+    // restricted; a load error is the hello's answer.
+    let loaded =
+        super::sandbox::restrict_files(policy).and_then(|()| backends::open_library(kind)).and_then(|version| {
+            super::sandbox::confine(bound, policy)?;
+            Ok(version)
+        });
     // SAFETY: stdin is the channel Redis gave this process; it is owned here from now on.
     let channel = unsafe { OwnedFd::from_raw_fd(0) };
     let mut hello = Vec::new();
