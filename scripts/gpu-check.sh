@@ -505,6 +505,12 @@ for be in ("TORCH", "ONNX"):
     why = r.split(": ", 1)[1][:120] if ": " in r else ""
     parts.append(f"{be.lower()}={r.split(':')[0]}" + (f'("{why}")' if why else ""))
 parts += metrics
+# Isolated: the system calls each worker's sandbox refused (the workers' stderr, after this line, names them).
+for line in info:
+    name, _, fields = line.partition(":")
+    f = dict(kv.split("=", 1) for kv in fields.strip().split(",") if "=" in kv)
+    if name.startswith("ai_worker_") and f.get("refused_calls", "0") != "0":
+        parts.append(f"refused[{name[len('ai_worker_'):]}]={f['refused_calls']}(last={f.get('last_refused')})")
 if failed:
     parts.append("failed=" + ",".join(failed))
 print("GPU-CHECK " + " ".join(parts), flush=True)
@@ -514,6 +520,8 @@ for k, v in results.items():
 sys.exit({"PASS": 0, "DRY-RUN-PASS": 0, "FAIL": 1, "SKIP": 3}[status])
 PY
 rc=$?
+# What the workers' sandboxes refused, each call the first time and each refused open with its path.
+grep -h "refused system call" "$work/stdout.log" 2>/dev/null | sort | uniq -c | sort -rn | head -n 40 >&2
 if [[ $rc -ne 0 && $rc -ne 3 ]] && ! kill -0 "$server_pid" 2>/dev/null; then
   say "the server died; the end of its log ($work/redis.log):"
   tail -n 30 "$work/redis.log" >&2

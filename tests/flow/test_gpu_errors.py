@@ -15,6 +15,7 @@ GPU:<number of GPUs> is refused).
 """
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -248,6 +249,11 @@ def test_gpu_check_dry_run_on_cpu(args, mode):
     assert line.startswith('GPU-CHECK DRY-RUN-PASS gpus=0 gpu0="none (dry run: CPU:1 stands for GPU:0)" '
                            f"mode={mode} torch=loaded onnx=loaded dag_parallel/serial="), line
     assert "heavy.onnx_gpu/cpu=" in line and "torch_slow.pt_gpu/cpu=" in line, line
+    # What the workers' sandboxes refused, if anything: counted per worker, each call named on stderr.
+    for part in line.split():
+        if part.startswith("refused["):
+            assert mode == "isolated" and re.fullmatch(r"refused\[\w+\]=\d+\(last=\w+\)", part), part
+            assert "refused system call" in r.stderr, r.stderr
     for name in ("torch_add", "torch_two_outputs", "torch_slow", "onnx_linear", "onnx_heavy", "dag_cpu_gpu",
                  "throughput_heavy_onnx", "throughput_torch_slow"):
         assert f"gpu-check: {name}: pass" in r.stderr, (name, r.stderr)
