@@ -204,7 +204,8 @@ say "LD_LIBRARY_PATH=$ld_path"
 # ---- 4. The server
 work=$(mktemp -d "${TMPDIR:-/tmp}/redisai-gpu-check.XXXXXX")
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-LD_LIBRARY_PATH=$ld_path "$server" --port "$port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
+# The workers (EXECUTION_MODE ISOLATED) name on stderr each system call their sandbox refuses.
+REDISAI_WORKER_LOG_REFUSALS=1 LD_LIBRARY_PATH=$ld_path "$server" --port "$port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
   --daemonize no --logfile "$work/redis.log" \
   --loadmodule "$module" ${GPU_CHECK_MODULE_ARGS:-} >"$work/stdout.log" 2>&1 &
 server_pid=$!

@@ -1,9 +1,10 @@
-//! The system calls a worker's seccomp filter refused. The SIGSYS handler (broker.rs) counts each refusal as it
-//! answers EPERM, writes the first refusal of each call to stderr, and the worker reports the count and the last
-//! call refused to Redis, where INFO's per-worker line shows them: a backend that needs a call the sandbox
-//! refuses (a new version, a GPU library) then says which one, instead of failing with its own vague error.
+//! The system calls a worker's sandbox refused. The SIGSYS handler (broker.rs) counts each refusal as it answers
+//! EPERM (or Landlock's EACCES, for a GPU worker's opens), and the worker reports the count and the last call
+//! refused to Redis, where INFO's per-worker line shows them; asked to (`LOG_VARIABLE`), it also writes the first
+//! refusal of each call, and each that names a path, to stderr. A backend that needs a call the sandbox refuses
+//! (a new version, a GPU library) then says which one, instead of failing with its own vague error.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// Calls numbered below this are counted one by one (x86_64 and aarch64 both number theirs below 512).
 const CALLS: usize = 512;
@@ -19,9 +20,17 @@ static LABEL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
 const PATHS_TOLD: u64 = 64;
 static PATHS: AtomicU64 = AtomicU64::new(0);
 
-/// Names the worker's backend in what it tells.
-pub fn set_label(label: &'static str) {
+/// Whether refusals are told on stderr (`LOG_VARIABLE` set in Redis's environment; the count is always kept):
+/// TensorFlow alone makes some twenty at each start, which an operator's terminal need not show.
+static TELL: AtomicBool = AtomicBool::new(false);
+
+/// The environment variable that makes workers tell each refusal on stderr (scripts/gpu-check.sh sets it).
+pub const LOG_VARIABLE: &str = "REDISAI_WORKER_LOG_REFUSALS";
+
+/// Names the worker's backend in what it tells, and tells only if asked to.
+pub fn set_label(label: &'static str, tell: bool) {
     let _ = LABEL.set(label);
+    TELL.store(tell, Relaxed);
 }
 
 /// Counts a refusal of call `nr`; the first refusal of each call goes to stderr, and each one that names a path
@@ -36,7 +45,7 @@ pub fn count(nr: i64, path: *const libc::c_char) {
         SEEN[i / 64].fetch_or(bit, Relaxed) & bit == 0
     });
     let with_path = !path.is_null() && PATHS.fetch_add(1, Relaxed) < PATHS_TOLD;
-    if first || with_path {
+    if (first || with_path) && TELL.load(Relaxed) {
         tell(nr, if with_path { path } else { std::ptr::null() });
     }
 }

@@ -287,10 +287,16 @@ pub const HEADROOM: u64 = 1 << 30;
 /// Before the backend library loads, while the process has one thread (Landlock binds the thread that asks
 /// and the threads it starts later, not those already running): a GPU worker's files (`gpu_rules`).
 pub fn restrict_files(policy: Policy) -> Result<()> {
-    match policy {
-        Policy::Cpu => Ok(()),
-        Policy::Gpu => super::landlock::restrict(&gpu_rules()),
+    if policy == Policy::Cpu {
+        return Ok(());
     }
+    let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0);
+    if threads != 1 {
+        return Err(Error::Internal(format!(
+            "backend worker sandbox: {threads} threads before Landlock (it would bind only one of them)"
+        )));
+    }
+    super::landlock::restrict(&gpu_rules())
 }
 
 /// What a GPU worker may open: read the libraries (the system's, CUDA toolkits', the backends' and those beside

@@ -5,7 +5,7 @@
 use super::sandbox::{self, Policy};
 
 pub fn run(policy: Policy) -> bool {
-    super::refused::set_label("sandbox test");
+    super::refused::set_label("sandbox test", true);
     // SAFETY: getppid has no arguments.
     let parent = unsafe { libc::getppid() };
     let confined = sandbox::detach(parent)

@@ -407,6 +407,7 @@ fn backend_variable(name: &std::ffi::OsStr) -> bool {
         "CUDNN",
         "XLA_",
         "LD_LIBRARY_PATH",
+        super::refused::LOG_VARIABLE,
     ];
     name.to_str().is_some_and(|n| PREFIXES.iter().any(|p| n.starts_with(p)))
 }

@@ -61,7 +61,7 @@ fn start(args: &[String]) -> Result<()> {
     let [parent, backend, bound, module_dir, rest @ ..] = args else { return Err(bad()) };
     super::sandbox::detach(parent.parse().map_err(|_| bad())?)?;
     let kind = crate::backend_kind::BackendKind::parse(backend.as_bytes())?;
-    super::refused::set_label(kind.name());
+    super::refused::set_label(kind.name(), std::env::var_os(super::refused::LOG_VARIABLE).is_some());
     let bound: u64 = bound.parse().map_err(|_| bad())?;
     let pairs: Vec<&[u8]> = rest.iter().map(|s| s.as_bytes()).collect();
     let mut config = Config::from_args(&pairs)?;

@@ -117,10 +117,11 @@ def test_a_gpu_worker_opens_only_libraries_and_its_devices_and_cannot_inject_int
 OPENAT = 257  # x86_64's number, which the lines above name
 
 
-def test_info_counts_what_each_worker_s_sandbox_refused_and_no_run_adds_to_it(make_server):
+def test_info_counts_what_each_worker_s_sandbox_refused_and_no_run_adds_to_it(make_server, monkeypatch):
     """INFO's worker lines count the calls each worker's filter refused and name the last; a backend that needs
     a refused call then says which. What the backends ask for while they load stays out of their runs: a
-    refusal costs a signal, and none may come per request."""
+    refusal costs a signal, and none may come per request. Only asked to do the workers tell them on stderr."""
+    monkeypatch.delenv("REDISAI_WORKER_LOG_REFUSALS", raising=False)
     srv = make_server(module_args=ISOLATED)
     con = srv.client()
     con.execute_command("AI.MODELSTORE", "m", "ONNX", "CPU", "BLOB", blob("mul"))
@@ -154,6 +155,16 @@ def test_info_counts_what_each_worker_s_sandbox_refused_and_no_run_adds_to_it(ma
     tf = after["ai_worker_cpu_tf"]
     assert tf["refused_calls"] > 0 and tf["last_refused"] in ("openat", "open", "newfstatat", "faccessat2",
                                                               "access", "statx"), tf
+    assert "refused system call" not in srv.log()
+
+    monkeypatch.setenv("REDISAI_WORKER_LOG_REFUSALS", "1")
+    told = make_server(module_args=ISOLATED)
+    c = told.client()
+    c.execute_command("AI.MODELSTORE", "tf", "TF", "CPU", "INPUTS", 1, "x", "OUTPUTS", 1, "y", "BLOB", tf_blob("dense"))
+    deadline = time.monotonic() + 5
+    while "redisai-worker (TF): refused system call" not in told.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "redisai-worker (TF): refused system call" in told.log(), told.log()
 
 
 def test_a_worker_holds_only_its_channel_and_lanes_and_dies_with_redis(make_server):
