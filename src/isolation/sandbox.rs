@@ -159,7 +159,7 @@ pub enum Policy {
 impl Policy {
     /// A GPU device's workers get the GPU policy (device names as `Device::parse` reads them: `GPU`, `gpu:1`).
     pub fn for_device(device: &str) -> Policy {
-        if device.len() >= 3 && device[..3].eq_ignore_ascii_case("gpu") {
+        if device.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("gpu")) {
             Policy::Gpu
         } else {
             Policy::Cpu
@@ -470,6 +470,7 @@ mod tests {
         assert_eq!(Policy::for_device("gpu"), Policy::Gpu);
         assert_eq!(Policy::for_device("CPU:1"), Policy::Cpu);
         assert_eq!(Policy::for_device(""), Policy::Cpu);
+        assert_eq!(Policy::for_device("GP€"), Policy::Cpu, "not a character boundary: no panic");
     }
 
     fn check_jumps(f: &[libc::sock_filter]) {
