@@ -106,15 +106,10 @@ fn answer(nr: i64, args: [u64; 6]) -> i64 {
     // `fstat` (allowed) gives. Any other path stays refused.
     // SAFETY: reads the first byte of the caller's path (a bad pointer faults in the worker, never in Redis).
     if nr == libc::SYS_newfstatat && !path.is_null() && unsafe { *path } == 0 && args[3] & EMPTY_PATH != 0 {
-        // SAFETY: fstat of the caller's descriptor into the caller's buffer, as the call asked; errno is put
-        // back, since the interrupted code gets the result from this handler, not from errno.
-        return unsafe {
-            let saved = *libc::__errno_location();
-            let r = libc::syscall(libc::SYS_fstat, args[0] as libc::c_int, args[2] as *mut libc::stat);
-            let r = if r < 0 { -(*libc::__errno_location() as i64) } else { r };
-            *libc::__errno_location() = saved;
-            r
-        };
+        // SAFETY: fstat of the caller's descriptor into the caller's buffer, as the call asked.
+        return in_handler(|| unsafe {
+            libc::syscall(libc::SYS_fstat, args[0] as libc::c_int, args[2] as *mut libc::stat)
+        });
     }
     // (dirfd, flags, mode) of an open.
     #[cfg(target_arch = "x86_64")]
@@ -165,13 +160,22 @@ fn kernel_open(dirfd: i64, path: *const libc::c_char, flags: u64, mode: u64) -> 
     let flags = flags & valid;
     let creating = flags & (libc::O_CREAT | libc::O_TMPFILE) as u64 != 0;
     let how = OpenHow { flags, mode: if creating { mode & 0o7777 } else { 0 }, resolve: 0 };
-    // SAFETY: openat2 with the caller's descriptor and path and a valid `open_how` of the size given; errno is
-    // put back, since the interrupted code gets the result from this handler, not from errno.
+    // SAFETY: openat2 with the caller's descriptor and path and a valid `open_how` of the size given.
+    in_handler(|| unsafe {
+        libc::syscall(libc::SYS_openat2, dirfd as libc::c_int, path, &how, std::mem::size_of::<OpenHow>())
+    })
+}
+
+/// A system call made for the trapped one: its result as the kernel gives it (a negated errno on failure), and
+/// the thread's errno put back, since the interrupted code gets the result from this handler, not from errno.
+fn in_handler(call: impl FnOnce() -> libc::c_long) -> i64 {
+    // SAFETY: the calling thread's errno, read and written on that thread only.
     unsafe {
-        let saved = *libc::__errno_location();
-        let r = libc::syscall(libc::SYS_openat2, dirfd as libc::c_int, path, &how, std::mem::size_of::<OpenHow>());
-        let r = if r < 0 { -(*libc::__errno_location() as i64) } else { r };
-        *libc::__errno_location() = saved;
+        let errno = libc::__errno_location();
+        let saved = *errno;
+        let r = call();
+        let r = if r < 0 { -(*errno as i64) } else { r };
+        *errno = saved;
         r
     }
 }

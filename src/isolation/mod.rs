@@ -140,22 +140,8 @@ pub fn info() -> Vec<(String, String)> {
         .iter()
         .map(|s| {
             let current = s.current();
-            let sandbox: Vec<(String, u64)> = current
-                .as_ref()
-                .and_then(|p| proxy::worker_info(p).ok())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(section, _, _)| section == worker::SANDBOX_SECTION)
-                .map(|(_, field, value)| (field, value))
-                .collect();
-            let sandbox_field = |name: &str| sandbox.iter().find(|(f, _)| f == name).map_or(0, |(_, v)| *v);
-            let last_refused = match sandbox_field("last_refused") {
-                0 => "none".to_string(),
-                n => {
-                    let nr = n as i64 - 1;
-                    refused::name(nr).map_or_else(|| format!("call_{nr}"), str::to_string)
-                }
-            };
+            let (refusals, last_refused) =
+                refused::from_info(&current.as_ref().and_then(|p| proxy::worker_info(p).ok()).unwrap_or_default());
             let field = format!(
                 "worker_{}_{}",
                 s.device.replace(':', "_").to_ascii_lowercase(),
@@ -168,7 +154,7 @@ pub fn info() -> Vec<(String, String)> {
                 current.as_ref().map_or(0, |p| supervisor::rss(p.pid)),
                 s.restarts.load(std::sync::atomic::Ordering::Relaxed),
                 s.last_exit.lock().as_deref().unwrap_or("none").replace([' ', ',', ':'], "_"),
-                sandbox_field("refused_calls"),
+                refusals,
                 last_refused,
             );
             (field, value)

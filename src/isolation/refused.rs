@@ -56,6 +56,29 @@ pub fn totals() -> (u64, Option<i64>) {
     (TOTAL.load(Relaxed), (last >= 0).then_some(last))
 }
 
+/// The section of a worker's INFO answer that tells of its sandbox.
+const SECTION: &str = "sandbox";
+
+/// This worker's refusals as fields of its INFO answer: `refused_calls`, and `last_refused` (the call's number
+/// + 1, 0 before any).
+pub fn info_fields() -> [(&'static str, &'static str, u64); 2] {
+    let (count, last) = totals();
+    [(SECTION, "refused_calls", count), (SECTION, "last_refused", last.map_or(0, |nr| nr as u64 + 1))]
+}
+
+/// Redis's side: `(refusals, the last call's name or "none")` from a worker's INFO answer.
+pub fn from_info(fields: &[(String, String, u64)]) -> (u64, String) {
+    let field = |name: &str| fields.iter().find(|(s, f, _)| s == SECTION && f == name).map_or(0, |(_, _, v)| *v);
+    let last = match field("last_refused") {
+        0 => "none".to_string(),
+        n => {
+            let nr = n as i64 - 1;
+            name(nr).map_or_else(|| format!("call_{nr}"), str::to_string)
+        }
+    };
+    (field("refused_calls"), last)
+}
+
 /// `redisai-worker (<backend>): refused system call <name> (<number>)[: <path>]` on stderr, without allocating.
 fn tell(nr: i64, path: *const libc::c_char) {
     let mut buf = [0u8; 320];
@@ -70,23 +93,10 @@ fn tell(nr: i64, path: *const libc::c_char) {
     put(LABEL.get().copied().unwrap_or("?").as_bytes());
     put(b"): refused system call ");
     put(name(nr).unwrap_or("?").as_bytes());
-    put(b" (");
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut v = nr.unsigned_abs();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    if nr < 0 {
-        put(b"-");
-    }
-    put(&digits[i..]);
-    put(b")");
+    // The number through core's formatting, into a stack buffer (no allocation).
+    let mut number = Digits([0; 24], 0);
+    let _ = std::fmt::Write::write_fmt(&mut number, format_args!(" ({nr})"));
+    put(&number.0[..number.1]);
     if !path.is_null() {
         put(b": ");
         for i in 0..256 {
@@ -102,6 +112,18 @@ fn tell(nr: i64, path: *const libc::c_char) {
     buf[len] = b'\n';
     // SAFETY: writes `len + 1` bytes of a local buffer to stderr; the result does not matter.
     unsafe { libc::write(2, buf.as_ptr().cast(), len + 1) };
+}
+
+/// A few formatted bytes on the stack.
+struct Digits([u8; 24], usize);
+
+impl std::fmt::Write for Digits {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.1 + s.len();
+        self.0.get_mut(self.1..end).ok_or(std::fmt::Error)?.copy_from_slice(s.as_bytes());
+        self.1 = end;
+        Ok(())
+    }
 }
 
 /// Which argument of call `nr` is a path (told with the refusal), for the calls that name one.

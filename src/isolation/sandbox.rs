@@ -112,13 +112,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_memfd_create,
 ];
 
-/// Calls answered by the broker's SIGSYS handler (broker.rs) instead of the kernel.
-const TRAPPED: &[libc::c_long] = &[
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_open,
-    libc::SYS_openat,
-];
-
 /// What a GPU worker may do besides (CUDA's driver and runtime): open what the Landlock ruleset allows
 /// (`openat2`, which the broker uses for the trapped opens: broker.rs), stat paths, list directories, poll its
 /// own descriptors. `ioctl` is allowed apart (`filter`).
@@ -178,9 +171,10 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 }
 
 /// The filter: the architecture checked first (another ABI's numbers would mean other calls), each allowed
-/// call let through, opening a file trapped (the broker answers: broker.rs), `prlimit64` only to read a limit, `prctl` only for the options above; anything else is
-/// trapped too, and the handler counts it (refused.rs) and fails it with EPERM, which the backends treat as a
-/// missing file or feature rather than crashing.
+/// call let through, `prlimit64` only to read a limit, `prctl` only for the options above; anything else is
+/// trapped (SIGSYS) and the handler answers it (broker.rs): `open`/`openat` with the files the broker serves,
+/// everything else counted (refused.rs) and failed with EPERM, which the backends treat as a missing file or
+/// feature rather than crashing.
 pub fn filter(policy: Policy) -> Vec<libc::sock_filter> {
     let allow = stmt(BPF_RET_K, SECCOMP_RET_ALLOW);
     let deny = stmt(BPF_RET_K, SECCOMP_RET_TRAP);
@@ -205,10 +199,6 @@ pub fn filter(policy: Policy) -> Vec<libc::sock_filter> {
             f.push(deny);
         }
         f.push(allow);
-    }
-    for nr in TRAPPED {
-        f.push(jump(BPF_JEQ_K, *nr as u32, 0, 1));
-        f.push(stmt(BPF_RET_K, SECCOMP_RET_TRAP));
     }
     // prlimit64(pid, resource, new, old): allowed when `new` is NULL (getrlimit).
     f.push(jump(BPF_JEQ_K, libc::SYS_prlimit64 as u32, 0, 6));

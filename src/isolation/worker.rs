@@ -300,9 +300,7 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
         wire::INFO => {
             drop(map);
             let mut fields: Vec<_> = backends::BACKENDS.iter().flat_map(|b| (b.info)()).collect();
-            let (refusals, last) = super::refused::totals();
-            fields.push((SANDBOX_SECTION, "refused_calls", refusals));
-            fields.push((SANDBOX_SECTION, "last_refused", last.map_or(0, |nr| nr as u64 + 1)));
+            fields.extend(super::refused::info_fields());
             Ok(Reply::Write(Box::new(move |lane| {
                 Writer(lane).list(&fields, |w, (section, field, value)| {
                     w.bytes(section.as_bytes()).bytes(field.as_bytes()).u64(*value);
@@ -312,10 +310,6 @@ fn handle(lane: &mut Lane) -> Result<Reply> {
         _ => Err(Error::Internal("backend worker: unknown request".into())),
     }
 }
-
-/// The section of a worker's INFO answer that tells of its sandbox: the calls its filter refused (`refused_calls`)
-/// and the last of them (`last_refused`: the call's number + 1, 0 before any).
-pub const SANDBOX_SECTION: &str = "sandbox";
 
 fn not_loaded() -> Error {
     Error::Internal("backend worker: the model is not loaded here".into())
