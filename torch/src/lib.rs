@@ -119,20 +119,40 @@ fn tch_error(e: tch::TchError) -> String {
 /// `v` describes `ndim` dims and `len` readable bytes, valid for the call.
 unsafe fn to_tensor(v: &TensorView) -> Result<Tensor, String> {
     // SAFETY: the caller upholds this function's contract (its `# Safety` section).
-    unsafe {
-        let shape = if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) };
-        let data = if v.len == 0 { &[][..] } else { std::slice::from_raw_parts(v.data, v.len) };
-        Tensor::f_from_data_size(data, shape, kind_of(v.dtype)?).map_err(tch_error)
+    let shape = unsafe { if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) } };
+    let kind = kind_of(v.dtype)?;
+    // `empty` and one copy, not tch's `from_data_size` (`zeros`, then the copy): the fill was a third pass over
+    // every input (the allocator zeroes new blocks already, sandbox_limits.cpp).
+    let t = Tensor::f_empty(shape, (kind, tch::Device::Cpu)).map_err(tch_error)?;
+    let len = t.numel() * kind.elt_size_in_bytes();
+    if len != v.len {
+        return Err(format!("an input of {} bytes for {len} bytes of tensor", v.len));
     }
+    if len > 0 {
+        // SAFETY: `t` is a new contiguous CPU tensor of `len` bytes; `v.data` holds `v.len` == `len` readable
+        // bytes (the caller's contract); they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(v.data, t.data_ptr() as *mut u8, len) };
+    }
+    Ok(t)
 }
 
 fn to_out(t: &Tensor) -> Result<TensorOut, String> {
     let t = t.f_to_device(tch::Device::Cpu).and_then(|t| t.f_contiguous()).map_err(tch_error)?;
     let dtype = dtype_of(t.kind())?;
-    let numel = t.numel();
-    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
-    if numel > 0 {
-        t.f_copy_data_u8(&mut data, numel).map_err(tch_error)?;
+    let len = t.numel() * t.kind().elt_size_in_bytes();
+    // Not a zeroed buffer (`vec![0; len]`): the allocator answers a big zeroed allocation with pages it hands
+    // back to the kernel first, which faulted in and were cleared again on every run (a 256 KB output: 64 page
+    // faults per run, docs/benchmarks.md). Every byte is written here.
+    let mut data: Vec<u8> = Vec::with_capacity(len);
+    if len > 0 {
+        let src = t.data_ptr() as *const u8;
+        // SAFETY: `t` is a contiguous CPU tensor (strided: other layouts failed `f_contiguous` above) of a plain
+        // dtype (`dtype_of`) holding `len` bytes at `src`, alive for the call; `data` has room for `len` bytes,
+        // all of which the copy initializes before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, data.as_mut_ptr(), len);
+            data.set_len(len);
+        }
     }
     Ok(TensorOut::new(dtype, t.size(), data))
 }
