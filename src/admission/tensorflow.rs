@@ -158,10 +158,25 @@ pub fn check(blob: &[u8]) -> Result<(), String> {
     }
 }
 
+/// The allowed ops that run other ops over and over, as many times as their inputs say: functional loops, and
+/// the back edge of a TF1 loop. A run of a graph without them ends after each of its nodes ran at most once per
+/// call (calls are bounded: `MAX_CALL_DEPTH`, `MAX_EXPANDED_NODES`).
+const ITERATING: [&[u8]; 6] = [b"While", b"StatelessWhile", b"RiscWhile", b"For", b"NextIteration", b"RefNextIteration"];
+
+/// Whether an admitted GraphDef can repeat ops as long as its inputs say (`ITERATING`, in the graph or in any
+/// function it can call). The TF backend runs such a graph where its kill switch reaches it. Bytes protobuf
+/// cannot parse say yes (TensorFlow refuses them anyway).
+pub fn iterates(blob: &[u8]) -> bool {
+    let Ok(functions) = library_functions(blob) else { return true };
+    let sizes = RefCell::new(vec![0; functions.names.len() + 1]);
+    let checker = Checker::new(functions, sizes);
+    checker.graph(blob).is_err() || checker.iterates.get()
+}
+
 fn admit(blob: &[u8]) -> Walk {
     let functions = library_functions(blob)?;
     let sizes = RefCell::new(vec![0; functions.names.len() + 1]);
-    let checker = Checker { registry: &REGISTRY, functions, calls: RefCell::default(), sizes };
+    let checker = Checker::new(functions, sizes);
     checker.graph(blob)?;
     checker.call_graph()
 }
@@ -282,6 +297,14 @@ struct Checker<'r, 'a> {
     calls: RefCell<Vec<Call<'a>>>,
     /// The nodes of each function's body, by function number; the graph's last.
     sizes: RefCell<Vec<u64>>,
+    /// An op that repeats other ops (`ITERATING`) is named somewhere.
+    iterates: std::cell::Cell<bool>,
+}
+
+impl<'a> Checker<'static, 'a> {
+    fn new(functions: Functions<'a>, sizes: RefCell<Vec<u64>>) -> Self {
+        Checker { registry: &REGISTRY, functions, calls: RefCell::default(), sizes, iterates: Default::default() }
+    }
 }
 
 impl<'a> Checker<'_, 'a> {
@@ -459,7 +482,12 @@ impl<'a> Checker<'_, 'a> {
         self.reaches(site.function, name);
         let unknown;
         let reason = match self.registry.ops.get(name) {
-            Some(Verdict::Allow) => return Ok(()),
+            Some(Verdict::Allow) => {
+                if ITERATING.contains(&name) {
+                    self.iterates.set(true);
+                }
+                return Ok(());
+            }
             Some(Verdict::Deny(reason)) => *reason,
             None if self.functions.contains(name) => return Ok(()),
             None => {
@@ -584,6 +612,30 @@ mod tests {
         ] {
             assert_eq!(check(g), Ok(()));
         }
+    }
+
+    #[test]
+    fn graphs_that_can_loop_are_told_apart() {
+        for g in [
+            &include_bytes!("../../tests/data/tf_mul.pb")[..],
+            include_bytes!("../../tests/data/tf_dense.pb"),
+            include_bytes!("../../tests/data/tf_str_identity.pb"),
+        ] {
+            assert!(!iterates(g));
+        }
+        let body = function("body", &[node("n", "AddV2", &[])]);
+        let cond = function("cond", &[node("c", "Less", &[])]);
+        let w = node("w", "While", &[("cond", attr_func("cond", &[])), ("body", attr_func("body", &[]))]);
+        assert!(iterates(&graph(&[w.clone()], &[body.clone(), cond.clone()])));
+        // inside a function the graph calls, and a TF1 loop's back edge
+        let f = function("f", &[w]);
+        assert!(iterates(&graph(&[node("c", "PartitionedCall", &[("f", attr_func("f", &[]))])], &[f, body, cond])));
+        assert!(iterates(&graph(&[node("n", "NextIteration", &[])], &[])));
+        assert!(iterates(&graph(&[node("s", "StatelessWhile", &[])], &[])));
+        // calls without a loop, and bytes protobuf cannot parse (TensorFlow refuses them: say yes)
+        let g = function("g", &[node("m", "MatMul", &[])]);
+        assert!(!iterates(&graph(&[node("c", "PartitionedCall", &[("f", attr_func("g", &[]))])], &[g])));
+        assert!(iterates(&[0x0a, 0xff]));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 longer than MODEL_EXECUTION_TIMEOUT ms (load-time, default 5000, at least 1000) is terminated and fails with ONNX
 Runtime's `Exiting due to terminate flag being set to true`; the server stays responsive meanwhile, the worker
 serves the next request right after, and with THREADS_PER_QUEUE 2 the other worker of the queue keeps serving.
-A TFLITE run is cancelled between ops the same way. (TORCH models and scripts that loop are stopped by the sandbox:
+A TFLITE run is cancelled between ops the same way, and so is a TF graph that loops. (TORCH models and scripts that loop are stopped by the sandbox:
 test_security_torch.py.)
 
 loop_forever.onnx (tests/data/gen_onnx.py): x FLOAT [1] -> y, an ONNX Loop with trip count 2^62 that never
@@ -20,6 +20,7 @@ from helpers.onnx_models import (Request, ai_info, blocked_names, get_tensor, me
                                  set_tensor, store)
 from helpers.resp import RespError
 from helpers.server import MODULE_PATH, ONNX_LIB
+from helpers.tf_graphs import while_go
 from helpers.tflite_models import while_model
 
 TERMINATED = "Exiting due to terminate flag being set to true"
@@ -202,3 +203,25 @@ def test_kill_switch_stops_a_long_loop_tflite(make_server):
     set_tensor(con, "x", np.array([3], dtype=np.int32))
     assert model_execute(con, "w", ["x"], ["y"]) == b"OK"
     assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [10]
+
+
+def test_kill_switch_stops_a_tf_loop(make_server):
+    """A TF `While` whose condition stays true fails after MODEL_EXECUTION_TIMEOUT (TensorFlow's own timeout, which
+    reaches a run on its inter-op pool, where a graph that can loop runs), PING answers meanwhile, and the same
+    model, and its queue, serve the next request."""
+    srv = make_server(module_args=["MODEL_EXECUTION_TIMEOUT", "1000"], name="tf_kill_switch")
+    con = srv.client()
+    assert con.execute_command("AI.MODELSTORE", "w", "TF", "CPU", "INPUTS", 1, "go", "OUTPUTS", 1, "y",
+                               "BLOB", while_go()) == b"OK"
+    con.execute_command("AI.TENSORSET", "go", "BOOL", 1, "VALUES", 1)
+    loop = Request(srv, "tf_loop", *mexec("w", ["go"], ["y"]), start=True)
+    wait_for(lambda: "tf_loop" in blocked_names(srv), 5, what="the looping request to block")
+    assert con.ping()
+    reply = loop.result(10)
+    assert isinstance(reply, RespError) and \
+        "TF: the run was cancelled after MODEL_EXECUTION_TIMEOUT (1000 ms)" in reply, reply
+    assert 0.9 <= loop.elapsed < 5.0, loop.elapsed
+    con.execute_command("AI.TENSORSET", "go", "BOOL", 1, "VALUES", 0)
+    assert model_execute(con, "w", ["go"], ["y"]) == b"OK"
+    assert con.execute_command("AI.TENSORGET", "y", "VALUES") == [0]
+    assert ai_info(con, "w")["errors"] == 1

@@ -6,6 +6,7 @@ mod ffi;
 use crate::blob::Blob;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{check_input_count, LibrarySlot, LoadOptions, LoadedModel, Outputs, RunRequest};
 use crate::config::CONFIG;
@@ -179,6 +180,19 @@ fn config_proto(intra: usize, inter: usize) -> Vec<u8> {
     varint_fields(&[(0x10, intra as u64), (0x28, inter)])
 }
 
+/// The inter-op threads of a graph's session when INTER_OP_PARALLELISM gives none (`given` 0): the caller's thread
+/// (0 here, -1 to TensorFlow), unless the graph can loop (`admission::tensorflow::iterates`). TensorFlow's
+/// timeout (the kill switch) cancels a run from the thread that waits for it, between ops; on the caller's
+/// thread nothing waits, and a `While` whose condition stays true ran until Redis stopped (a 300-byte graph took
+/// a worker, and every model of its queue, for good). Such a graph runs on TensorFlow's inter-op pool.
+fn inter_op_threads(graph: &[u8], given: usize) -> usize {
+    if given == 0 && crate::admission::tensorflow::iterates(graph) {
+        1
+    } else {
+        given
+    }
+}
+
 /// RunOptions with timeout_in_ms (field 2): TensorFlow's own kill switch for MODEL_EXECUTION_TIMEOUT.
 fn run_options_proto(timeout_ms: u64) -> Vec<u8> {
     varint_fields(&[(0x10, timeout_ms)])
@@ -237,7 +251,7 @@ pub fn load(blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
             }
         }
         let session_opts = (a.new_session_options)();
-        let config = config_proto(opts.intra_op_threads, opts.inter_op_threads);
+        let config = config_proto(opts.intra_op_threads, inter_op_threads(&blob, opts.inter_op_threads));
         (a.set_config)(session_opts, config.as_ptr().cast(), config.len(), status.1);
         if status.check().is_ok() {
             model.session = (a.new_session)(graph, session_opts, status.1);
@@ -382,7 +396,19 @@ impl LoadedModel for TfModel {
             );
             (a.delete_buffer)(run_options);
         }
-        status.check()?;
+        if let Err(e) = status.check() {
+            return Err(if Instant::now() >= req.deadline {
+                Error::TimedOut {
+                    text: format!(
+                        "TF: the run was cancelled after MODEL_EXECUTION_TIMEOUT ({} ms)",
+                        req.limit().as_millis()
+                    ),
+                    prefixed: false,
+                }
+            } else {
+                e
+            });
+        }
         let _copying = crate::clock::copy_clock::copying();
         outs.1.iter().map(|&t| self.read_output(t)).collect()
     }

@@ -139,3 +139,25 @@ def graph_def(nodes, functions=(), producer=1205):
     if functions:
         g += field(2, 2, b"".join(field(1, 2, f) for f in functions))
     return g + field(4, 2, field(1, 0, producer))
+
+
+def while_go():
+    """go BOOL [1] -> y INT32: a `While` that counts from 0 for as long as `go` (its only element) is true, which
+    it stays: with go = 1 it never ends unless stopped; with go = 0 it returns 0 at once."""
+    scalar = node_def("scalar", "Const", attrs=[("dtype", a_type(DT_INT32)), ("value", a_tensor(DT_INT32, [0]))])
+    as_scalar = node_def("b", "Reshape", ["go", "scalar:output:0"],
+                         attrs=[("T", a_type(DT_BOOL)), ("Tshape", a_type(DT_INT32))])
+    cond = function_def("cond", inputs=[("go", DT_BOOL), ("i", DT_INT32)], outputs=[("b", DT_BOOL)],
+                        nodes=[scalar, as_scalar], ret=[("b", "b:output:0")])
+    one = node_def("one", "Const", attrs=[("dtype", a_type(DT_INT32)),
+                                          ("value", a_tensor(DT_INT32, [], content=struct.pack("<i", 1)))])
+    body = function_def("body", inputs=[("go", DT_BOOL), ("i", DT_INT32)], outputs=[("g", DT_BOOL), ("j", DT_INT32)],
+                        nodes=[one, node_def("next", "AddV2", ["i", "one:output:0"], attrs=[("T", a_type(DT_INT32))]),
+                               node_def("same", "Identity", ["go"], attrs=[("T", a_type(DT_BOOL))])],
+                        ret=[("g", "same:output:0"), ("j", "next:z:0")])
+    zero = node_def("zero", "Const", attrs=[("dtype", a_type(DT_INT32)),
+                                            ("value", a_tensor(DT_INT32, [], content=struct.pack("<i", 0)))])
+    loop = node_def("loop", "While", ["go", "zero"], attrs=[("T", a_types([DT_BOOL, DT_INT32])), ("cond", a_func("cond")),
+                                                          ("body", a_func("body")), ("parallel_iterations", a_int(10))])
+    return graph_def([placeholder("go", DT_BOOL), zero, loop,
+                      node_def("y", "Identity", ["loop:1"], attrs=[("T", a_type(DT_INT32))])], functions=[cond, body])
