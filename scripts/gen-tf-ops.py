@@ -46,6 +46,7 @@ CLASSES = {
     "internal": "is internal to TensorFlow (inserted by its own graph rewrites, never stored in a model)",
     "uninit": "returns uninitialized memory, which can hold other requests' data",
     "batching": "batches requests in process-wide queues with threads of its own",
+    "staging": "waits on a staging area that runs share, a wait no timeout can interrupt",
 }
 
 # (class, explicit op names, name patterns): first match wins, so the specific rules come first.
@@ -100,6 +101,11 @@ RULES = [
         "ParallelConcat",  # its shape attr may have more rows than it is given values: the rest is never written
     }, []),
     ("batching", {"Batch", "BatchFunction", "Unbatch", "UnbatchGrad"}, []),
+    # An unstage or peek of an empty area (a full one for a stage) blocks its thread on a condition variable
+    # that no cancellation reaches: the run never ends, and its worker (and queue) with it. Queues, barriers
+    # and accumulators wait through the cancellation manager instead (MODEL_EXECUTION_TIMEOUT stops them).
+    ("staging", {"Stage", "Unstage", "StagePeek", "StageSize", "StageClear"},
+     [r"^(Ordered)?Map(Stage|Unstage|UnstageNoKey|Peek|Size|IncompleteSize|Clear)$"]),
     ("internal", set(), [r"^_"]),
 ]
 

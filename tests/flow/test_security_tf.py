@@ -216,6 +216,7 @@ OTHER_CLASSES = [
     ("files", "DecodeProtoV2"), ("files", "LoadAndRemapMatrix"), ("files", "RecordInput"),
     ("uninit", "Empty"), ("uninit", "ParallelConcat"),
     ("batching", "BatchFunction"),
+    ("staging", "Unstage"), ("staging", "StagePeek"), ("staging", "MapPeek"), ("staging", "OrderedMapUnstageNoKey"),
     ("internal", "_Arg"),
 ]
 
