@@ -161,7 +161,8 @@ pub fn check(blob: &[u8]) -> Result<(), String> {
 /// The allowed ops that run other ops over and over, as many times as their inputs say: functional loops, and
 /// the back edge of a TF1 loop. A run of a graph without them ends after each of its nodes ran at most once per
 /// call (calls are bounded: `MAX_CALL_DEPTH`, `MAX_EXPANDED_NODES`).
-const ITERATING: [&[u8]; 6] = [b"While", b"StatelessWhile", b"RiscWhile", b"For", b"NextIteration", b"RefNextIteration"];
+const ITERATING: [&[u8]; 6] =
+    [b"While", b"StatelessWhile", b"RiscWhile", b"For", b"NextIteration", b"RefNextIteration"];
 
 /// Whether an admitted GraphDef can repeat ops as long as its inputs say (`ITERATING`, in the graph or in any
 /// function it can call). The TF backend runs such a graph where its kill switch reaches it. Bytes protobuf
@@ -629,7 +630,7 @@ mod tests {
         let body = function("body", &[node("n", "AddV2", &[])]);
         let cond = function("cond", &[node("c", "Less", &[])]);
         let w = node("w", "While", &[("cond", attr_func("cond", &[])), ("body", attr_func("body", &[]))]);
-        assert!(iterates(&graph(&[w.clone()], &[body.clone(), cond.clone()])));
+        assert!(iterates(&graph(std::slice::from_ref(&w), &[body.clone(), cond.clone()])));
         // inside a function the graph calls, and a TF1 loop's back edge
         let f = function("f", &[w]);
         assert!(iterates(&graph(&[node("c", "PartitionedCall", &[("f", attr_func("f", &[]))])], &[f, body, cond])));

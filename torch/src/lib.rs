@@ -119,7 +119,13 @@ fn tch_error(e: tch::TchError) -> String {
 /// `v` describes `ndim` dims and `len` readable bytes, valid for the call.
 unsafe fn to_tensor(v: &TensorView) -> Result<Tensor, String> {
     // SAFETY: the caller upholds this function's contract (its `# Safety` section).
-    let shape = unsafe { if v.ndim == 0 { &[][..] } else { std::slice::from_raw_parts(v.shape, v.ndim as usize) } };
+    let shape = unsafe {
+        if v.ndim == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(v.shape, v.ndim as usize)
+        }
+    };
     let kind = kind_of(v.dtype)?;
     // `empty` and one copy, not tch's `from_data_size` (`zeros`, then the copy): the fill was a third pass over
     // every input (the allocator zeroes new blocks already, sandbox_limits.cpp).
