@@ -169,15 +169,12 @@ const ITERATING: [&[u8]; 6] =
 /// cannot parse say yes (TensorFlow refuses them anyway).
 pub fn iterates(blob: &[u8]) -> bool {
     let Ok(functions) = library_functions(blob) else { return true };
-    let sizes = RefCell::new(vec![0; functions.names.len() + 1]);
-    let checker = Checker::new(functions, sizes);
+    let checker = Checker::new(functions);
     checker.graph(blob).is_err() || checker.iterates.get()
 }
 
 fn admit(blob: &[u8]) -> Walk {
-    let functions = library_functions(blob)?;
-    let sizes = RefCell::new(vec![0; functions.names.len() + 1]);
-    let checker = Checker::new(functions, sizes);
+    let checker = Checker::new(library_functions(blob)?);
     checker.graph(blob)?;
     checker.call_graph()
 }
@@ -303,7 +300,8 @@ struct Checker<'r, 'a> {
 }
 
 impl<'a> Checker<'static, 'a> {
-    fn new(functions: Functions<'a>, sizes: RefCell<Vec<u64>>) -> Self {
+    fn new(functions: Functions<'a>) -> Self {
+        let sizes = RefCell::new(vec![0; functions.names.len() + 1]);
         Checker { registry: &REGISTRY, functions, calls: RefCell::default(), sizes, iterates: Default::default() }
     }
 }

@@ -81,6 +81,17 @@ impl<'a> RunRequest<'a> {
     pub fn limit(&self) -> Duration {
         self.deadline.saturating_duration_since(self.start)
     }
+
+    /// The error of a run `backend` stopped at its deadline (the TORCH library writes the same text itself).
+    pub fn cancelled(&self, backend: &str) -> Error {
+        Error::TimedOut {
+            text: format!(
+                "{backend}: the run was cancelled after MODEL_EXECUTION_TIMEOUT ({} ms)",
+                self.limit().as_millis()
+            ),
+            prefixed: false,
+        }
+    }
 }
 
 /// Milliseconds left until `deadline`, rounded up and at least 1 (backends that take a timeout, not a deadline:

@@ -397,17 +397,7 @@ impl LoadedModel for TfModel {
             (a.delete_buffer)(run_options);
         }
         if let Err(e) = status.check() {
-            return Err(if Instant::now() >= req.deadline {
-                Error::TimedOut {
-                    text: format!(
-                        "TF: the run was cancelled after MODEL_EXECUTION_TIMEOUT ({} ms)",
-                        req.limit().as_millis()
-                    ),
-                    prefixed: false,
-                }
-            } else {
-                e
-            });
+            return Err(if Instant::now() >= req.deadline { req.cancelled("TF") } else { e });
         }
         let _copying = crate::clock::copy_clock::copying();
         outs.1.iter().map(|&t| self.read_output(t)).collect()

@@ -420,20 +420,13 @@ impl TfLiteModel {
                 )?;
                 shapes[port.sig_index] = shape;
             }
-            let limit = req.limit();
             let deadline = req.deadline.saturating_duration_since(*EPOCH).as_nanos() as u64;
             inst.state.deadline.store(deadline, Ordering::Relaxed);
             let status = (a.run)(inst.compiled, 0, n_in, ins.1.as_mut_ptr(), n_out, outs.1.as_mut_ptr());
             inst.state.deadline.store(NO_DEADLINE, Ordering::Relaxed);
             if status != ffi::OK {
                 if EPOCH.elapsed().as_nanos() as u64 > deadline {
-                    return Err(Error::TimedOut {
-                        text: format!(
-                            "TFLITE: the run was cancelled after MODEL_EXECUTION_TIMEOUT ({} ms)",
-                            limit.as_millis()
-                        ),
-                        prefixed: false,
-                    });
+                    return Err(req.cancelled("TFLITE"));
                 }
                 return Err(Error::Backend(format!("TFLITE: LiteRT failed to run the model (status {status})")));
             }
