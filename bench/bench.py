@@ -268,7 +268,8 @@ def single_client(port, n, command=EXECUTE):
     return quantiles(times["ping"]), quantiles(times["exec"])
 
 
-ORT_INPROCESS = os.path.join(ROOT, "target", "release", "examples", "ort_inprocess")
+ORT_INPROCESS = os.environ.get("REDISAI_ORT_INPROCESS",
+                               os.path.join(ROOT, "target", "release", "examples", "ort_inprocess"))
 
 
 def ort_inprocess_p50(model, rows, runs):
@@ -313,8 +314,9 @@ def bench_heavy_batch1(n):
     print("runs inline / queued: %s / %s" % (inline, queued))
 
 
-BACKEND_INPROCESS = os.path.join(ROOT, "target", "leakcheck", "release", "examples", "backend_inprocess")
-TORCH_LIB = os.path.join(os.path.dirname(MODULE), "libredisai_torch.so")
+BACKEND_INPROCESS = os.environ.get("REDISAI_BACKEND_INPROCESS",
+                                   os.path.join(ROOT, "target", "leakcheck", "release", "examples", "backend_inprocess"))
+TORCH_LIB = os.environ.get("REDISAI_TORCH_LIB", os.path.join(os.path.dirname(MODULE), "libredisai_torch.so"))
 
 # The MLP of tests/data/heavy.onnx, as a TorchScript entry point (its weights are the second input).
 MLP_SCRIPT = """def mlp(tensors: List[Tensor], keys: List[str], args: List[str]):
@@ -506,21 +508,51 @@ def bench_dag_vs_commands(n):
     print("DAG/commands p50 ratio: %.3f" % (dags[0] / cmds[0]))
 
 
+class Conn:
+    """One client connection with the standard library only (redis-py may be missing where
+    scripts/cores-check.sh runs the bench): `call` sends a command and reads its whole RESP reply."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.f = self.sock.makefile("rb")
+
+    def call(self, *args):
+        self.sock.sendall(resp(*args))
+        return self._read()
+
+    def _read(self):
+        line = self.f.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind in (b"+", b":"):
+            return rest
+        if kind == b"$":
+            return None if int(rest) < 0 else self.f.read(int(rest) + 2)[:-2]
+        if kind == b"*":
+            return [self._read() for _ in range(max(int(rest), 0))]
+        raise RuntimeError("unexpected reply %r" % line)
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+
 def bench_two_devices(n, batch):
-    import redis
     import struct
 
     s = Server(extra=["INTRA_OP_PARALLELISM", "1"])
     try:
-        r = redis.Redis(port=s.port)
+        r = Conn(s.port)
         with open(os.path.join(DATA, "heavy.onnx"), "rb") as f:
             heavy = f.read()
         for key, dev in (("h_cpu", "CPU"), ("h_cpu_b", "CPU"), ("h_cpu1", "CPU:1")):
-            r.execute_command("AI.MODELSTORE", key, "ONNX", dev, "BLOB", heavy)
-        r.execute_command("AI.TENSORSET", "x", "FLOAT", batch, 256, "BLOB", struct.pack("<%df" % (batch * 256), *([0.01] * (batch * 256))))
+            r.call("AI.MODELSTORE", key, "ONNX", dev, "BLOB", heavy)
+        r.call("AI.TENSORSET", "x", "FLOAT", batch, 256, "BLOB", struct.pack("<%df" % (batch * 256), *([0.01] * (batch * 256))))
 
         def dag(second):
-            return lambda: r.execute_command(
+            return lambda: r.call(
                 "AI.DAGEXECUTE", "LOAD", 1, "x", "|>", "AI.MODELEXECUTE", "h_cpu", "INPUTS", 1, "x", "OUTPUTS", 1, "a",
                 "|>", "AI.MODELEXECUTE", second, "INPUTS", 1, "x", "OUTPUTS", 1, "b", "|>", "AI.TENSORGET", "b", "META")
 
@@ -531,6 +563,7 @@ def bench_two_devices(n, batch):
         one = sorted(p[0] for p in pairs)[n // 2]
         two = sorted(p[1] for p in pairs)[n // 2]
         per_pair = sorted(p[1] / p[0] for p in pairs)
+        r.close()
     finally:
         s.stop()
     print("== two heavy branches (heavy.onnx, batch %d), %d runs each, interleaved, INTRA_OP_PARALLELISM 1" % (batch, n))
