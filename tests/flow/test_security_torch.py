@@ -660,6 +660,34 @@ def test_unwritten_memory_holds_no_other_clients_data(shared_server, con, two_us
     assert secret.shape == (100000,) and (secret == PATTERN).all()
 
 
+def test_an_input_s_unzeroed_block_is_its_own(shared_server, con, two_users):
+    """An input's block is not zeroed (the copy writes it whole): that exemption is for the input alone. Right after
+    a run whose input held another user's data, the blocks a script asks for (of the input's size, or the next
+    input's) are zero, and each input arrives byte for byte, whatever block it got."""
+    owner = shared_server.client(username=OWNER[0], password=OWNER[1])
+    app = shared_server.client(username=APP[0], password=APP[1])
+    owner.execute_command("AI.SCRIPTSTORE", "priv:s", "CPU", "ENTRY_POINTS", 1, "half", "SOURCE",
+                          entry("half", "return tensors[0] * 0.5"))
+    app.execute_command("AI.SCRIPTSTORE", "app:s", "CPU", "ENTRY_POINTS", 2, "empty", "with_input", "SOURCE",
+                        entry("empty", "return torch.empty([int(args[0])])")
+                        + entry("with_input", "e = torch.empty([int(args[0])])", "return torch.cat([tensors[0], e])"))
+    for n in (16384, 100000):
+        secret = np.full(n, PATTERN, dtype=np.float32)
+        set_tensor(owner, "priv:in", secret)
+        mine = np.arange(n, dtype=np.float32)
+        set_tensor(app, "app:in", mine)
+        for _ in range(3):
+            owner.execute_command(*scriptexecute_args("priv:s", "half", inputs=["priv:in"], outputs=["priv:out"]))
+            app.execute_command(*scriptexecute_args("app:s", "empty", keys=["app:k"], args=[n], outputs=["app:y"]))
+            assert not get_tensor(con, "app:y").any(), n
+            owner.execute_command(*scriptexecute_args("priv:s", "half", inputs=["priv:in"], outputs=["priv:out"]))
+            app.execute_command(*scriptexecute_args("app:s", "with_input", inputs=["app:in"], args=[n],
+                                                    outputs=["app:z"]))
+            z = get_tensor(con, "app:z")
+            assert (z[:n] == mine).all() and not z[n:].any(), n
+    assert (get_tensor(con, "priv:out") == PATTERN * 0.5).all()
+
+
 # -------------------------------------------------------------------------------------------------
 # per-run accounting of memory outside tensors (issue 21)
 

@@ -15,6 +15,7 @@ extern "C" {
     fn rai_shim_set_host(host: *const abi::HostApi);
     fn rai_shim_configure(memory_bound: u64, err: *mut *mut c_char) -> i32;
     fn rai_shim_live_bytes() -> u64;
+    fn rai_shim_next_block_written(n: u64);
     fn rai_shim_torch_version() -> *const c_char;
     fn rai_shim_free_string(s: *mut c_char);
     fn rai_shim_free_array(a: *mut *mut c_void);
@@ -128,8 +129,14 @@ unsafe fn to_tensor(v: &TensorView) -> Result<Tensor, String> {
     };
     let kind = kind_of(v.dtype)?;
     // `empty` and one copy, not tch's `from_data_size` (`zeros`, then the copy): the fill was a third pass over
-    // every input (the allocator zeroes new blocks already, sandbox_limits.cpp).
-    let t = Tensor::f_empty(shape, (kind, tch::Device::Cpu)).map_err(tch_error)?;
+    // every input. The allocator zeroes new blocks (sandbox_limits.cpp), but not this one, which the copy below
+    // writes whole: the hint names its size, and a tensor of another size is dropped unread.
+    // SAFETY: sets a thread-local hint; no pointer is passed.
+    unsafe { rai_shim_next_block_written(v.len as u64) };
+    let t = Tensor::f_empty(shape, (kind, tch::Device::Cpu));
+    // SAFETY: as above (the hint is dropped whether or not `empty` allocated).
+    unsafe { rai_shim_next_block_written(0) };
+    let t = t.map_err(tch_error)?;
     let len = t.numel() * kind.elt_size_in_bytes();
     if len != v.len {
         return Err(format!("an input of {} bytes for {len} bytes of tensor", v.len));

@@ -83,4 +83,8 @@ Failure failure(const std::exception* e);
 // Live bytes held through the counting allocator.
 uint64_t live_bytes();
 
+// The next block of exactly `n` bytes this thread allocates is written whole by the caller before anything
+// reads it (an input's copy), so the allocator does not zero it; any other allocation, or 0, drops the hint.
+void next_block_written(uint64_t n);
+
 }  // namespace rai

@@ -181,8 +181,14 @@ bool counted_size(const c10::DataPtr& dp, uint64_t* n) {
 
 namespace {
 
+// The size of the next block this thread allocates that its caller writes whole before anything reads it
+// (next_block_written); 0: none.
+thread_local uint64_t tl_written = 0;
+
 struct CountingAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
+    const bool written = n && tl_written == n;
+    tl_written = 0;
     if (tl_run.deadline_ns && now_ns() > tl_run.deadline_ns) timed_out();
     const uint64_t limit = g_limit.load(std::memory_order_relaxed);
     if (n > SIZE_MAX / 2) over_memory(n);
@@ -209,8 +215,9 @@ struct CountingAllocator final : c10::Allocator {
     // have not written, and whatever it held (another client's tensors, strings, replies) would go to this
     // client. Zeroing here rather than scrubbing on free also covers memory that malloc got from elsewhere in
     // the process (the module's, other backends', Redis's when it shares the malloc), and it happens on the
-    // thread of the run that asked. Cost: one write pass over each new block (docs/security.md).
-    std::memset(p, 0, n);
+    // thread of the run that asked. Cost: one write pass over each new block (docs/security.md). A block its
+    // caller fills whole before anything reads it (an input's copy: next_block_written) is not zeroed.
+    if (!written) std::memset(p, 0, n);
     return {p, p, &counted_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
@@ -463,6 +470,8 @@ void install_allocator(uint64_t memory_bound) {
 using namespace detail;
 
 uint64_t live_bytes() { return g_live.load(std::memory_order_relaxed); }
+
+void next_block_written(uint64_t n) { tl_written = n; }
 
 RunScope::RunScope(uint64_t timeout_ms)
     : saved_deadline_(tl_run.deadline_ns),

@@ -234,6 +234,8 @@ int rai_shim_configure(uint64_t memory_bound, char** err) noexcept {
 
 uint64_t rai_shim_live_bytes() noexcept { return rai::live_bytes(); }
 
+void rai_shim_next_block_written(uint64_t n) noexcept { rai::next_block_written(n); }
+
 // The libtorch this library was built against (INFO's ai_Torch_version), from its own headers.
 const char* rai_shim_torch_version() noexcept { return TORCH_VERSION; }
 
