@@ -6,7 +6,9 @@
 //! Usage: `backend_inprocess <ONNX|TF|TFLITE|TORCH> <file> <rows> <cols> <runs> [key=value ...]`, keys: `lib=<path>`
 //! (the backend library: ONNX/TF/TFLITE default to the build's cache; TORCH needs it, target/release/
 //! libredisai_torch.so), `inputs=a,b` / `outputs=y` (TF), `function=f` (a TorchScript script: <file> is its
-//! source, `f` an entry point), `intra=N` (INTRA_OP_PARALLELISM). Every input is FLOAT [rows, cols], but a script's second, the weights [cols, cols].
+//! source, `f` an entry point), `intra=N` (INTRA_OP_PARALLELISM), `gap_us=N` (sleep N µs before each timed run, as a
+//! worker waits between a lone client's requests: caches cool meanwhile). Every input is FLOAT [rows, cols], but a
+//! script's second, the weights [cols, cols].
 //! Prints `p50_us <x> p99_us <y>`. Built with the system allocator (there is no Redis to allocate from):
 //! `cargo build --release --features system-alloc --target-dir target/leakcheck --example backend_inprocess`
 //! (`make bench` does).
@@ -86,8 +88,12 @@ fn main() -> Res<()> {
     for _ in 0..runs.div_ceil(10).max(3) {
         run()?; // warm-up: first runs allocate and fill caches
     }
+    let gap = opt("gap_us").map(|v| v.parse()).transpose()?.map(std::time::Duration::from_micros);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
+        if let Some(g) = gap {
+            std::thread::sleep(g);
+        }
         let t = Instant::now();
         run()?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
