@@ -12,6 +12,7 @@ mod onnx_run;
 pub mod tensorflow;
 #[cfg(feature = "tflite")]
 pub mod tflite;
+pub mod thread_name;
 #[cfg(feature = "torch")]
 pub mod torch;
 #[cfg(feature = "torch")]
@@ -287,14 +288,25 @@ fn entry(kind: BackendKind) -> Result<&'static BackendEntry> {
 pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedScript>> {
     let load =
         entry(BackendKind::Torch)?.load_script.ok_or_else(|| Error::Internal("TORCH compiles no scripts".into()))?;
-    load(spec, device)
+    thread_name::named(thread_name_of(BackendKind::Torch), || load(spec, device))
+}
+
+/// The name of the threads a backend starts while it loads (thread_name.rs).
+pub fn thread_name_of(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Onnx => "ai:onnx",
+        BackendKind::Tf => "ai:tf",
+        BackendKind::TfLite => "ai:tflite",
+        BackendKind::Torch => "ai:torch",
+    }
 }
 
 /// Admits (crate::admission) and builds a model: every way a model comes in (store, RDB/AOF load, RESTORE,
 /// replication) ends here, so a refused model never reaches a backend.
 pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     crate::admission::check(backend, &blob)?;
-    (entry(backend)?.load_model)(blob, opts)
+    let load = entry(backend)?.load_model;
+    thread_name::named(thread_name_of(backend), || load(blob, opts))
 }
 
 /// Opens `kind`'s library now (a worker does, before its sandbox goes in) and gives its version.

@@ -1,6 +1,7 @@
 //! ONNX Runtime through `ort` with `load-dynamic`: the library is opened at first use, so the module
 //! loads (and serves everything else) without it.
 
+use crate::backend_kind::BackendKind;
 use crate::blob::Blob;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
@@ -175,7 +176,9 @@ impl OnnxModel {
                 .map_err(|_| Error::Unavailable("GPU requested but ONNX couldn't find CUDA".into()))?;
         }
         let before = onnx_alloc::overruns();
-        let session = b.commit_from_memory(&self.blob);
+        // A session made for a second concurrent run is made on a queue's worker: its pool is named, as at load.
+        let session =
+            super::thread_name::named(super::thread_name_of(BackendKind::Onnx), || b.commit_from_memory(&self.blob));
         if session.is_err() && onnx_alloc::overruns() > before {
             return Err(Error::refused(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
         }

@@ -464,6 +464,26 @@ def worker_threads(pid):
     return out
 
 
+@pytest.mark.in_process  # a worker process's pools are in that process
+@pytest.mark.module_args("INTRA_OP_PARALLELISM", "2", "THREADS_PER_QUEUE", "2")
+def test_backend_threads_take_their_backend_s_name(server):
+    """A new thread takes its creator's name: ONNX Runtime's pool threads were `ai:modelstore` (the store's thread,
+    long gone) or a second `ai:CPU:1` (a worker that made a session for a concurrent run). They are `ai:onnx`."""
+    con = server.client()
+    store(con, "m", "linear")
+    concurrent_executes(server, "m", 4, 20)  # two workers at once: the second makes a session of its own
+    names = []
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:
+            pass
+    assert "ai:modelstore" not in names, sorted(names)
+    assert names.count("ai:onnx") >= 1, sorted(names)  # INTRA_OP_PARALLELISM 2: one pool thread per session
+    for worker in ("ai:CPU:0", "ai:CPU:1"):
+        assert names.count(worker) == 1, sorted(names)
+
+
 def thread_cpu_ticks(pid, tid):
     with open(f"/proc/{pid}/task/{tid}/stat") as f:
         data = f.read()
