@@ -288,17 +288,7 @@ fn entry(kind: BackendKind) -> Result<&'static BackendEntry> {
 pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedScript>> {
     let load =
         entry(BackendKind::Torch)?.load_script.ok_or_else(|| Error::Internal("TORCH compiles no scripts".into()))?;
-    thread_name::named(thread_name_of(BackendKind::Torch), || load(spec, device))
-}
-
-/// The name of the threads a backend starts while it loads (thread_name.rs).
-pub fn thread_name_of(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Onnx => "ai:onnx",
-        BackendKind::Tf => "ai:tf",
-        BackendKind::TfLite => "ai:tflite",
-        BackendKind::Torch => "ai:torch",
-    }
+    thread_name::named(thread_name::of(BackendKind::Torch), || load(spec, device))
 }
 
 /// Admits (crate::admission) and builds a model: every way a model comes in (store, RDB/AOF load, RESTORE,
@@ -306,7 +296,7 @@ pub fn thread_name_of(kind: BackendKind) -> &'static str {
 pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     crate::admission::check(backend, &blob)?;
     let load = entry(backend)?.load_model;
-    thread_name::named(thread_name_of(backend), || load(blob, opts))
+    thread_name::named(thread_name::of(backend), || load(blob, opts))
 }
 
 /// Opens `kind`'s library now (a worker does, before its sandbox goes in) and gives its version.

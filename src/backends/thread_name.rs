@@ -6,6 +6,18 @@
 
 use std::ffi::CString;
 
+use crate::backend_kind::BackendKind;
+
+/// The name of the threads `kind` starts while it loads a model or makes a session.
+pub fn of(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Onnx => "ai:onnx",
+        BackendKind::Tf => "ai:tf",
+        BackendKind::TfLite => "ai:tflite",
+        BackendKind::Torch => "ai:torch",
+    }
+}
+
 /// Runs `f` with the calling thread named `name` (at most 15 bytes are kept), and restores its name after,
 /// also when `f` panics.
 pub fn named<T>(name: &str, f: impl FnOnce() -> T) -> T {
