@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Issue 32's CPU rows on a machine with more cores. The rows still missed on the 2-vCPU development VM (tiny and
-# DAG against PING at 50 clients, auto-batching gain, two devices, idle CPU with THREADS_PER_QUEUE 4, batch-1
-# overhead) are bounded by its two cores: the main thread, the backend's threads and redis-benchmark contend
-# for them (docs/benchmarks.md). This runs the same `bench/bench.py` parts elsewhere and prints ONE summary
-# line, `CORES-CHECK ...`, with the issue's goals beside each figure. It takes about two minutes.
+# Issue 32's CPU rows, and issue 33's figures of isolated against in-process execution, on a machine with more
+# cores. The rows still missed on the 2-vCPU development VM (tiny and DAG against PING at 50 clients, auto-batching
+# gain, two devices, idle CPU with THREADS_PER_QUEUE 4, batch-1 overhead; isolated: the tiny model at 50 clients
+# and heavy.onnx at one row) are bounded by its two cores: the main thread, the backend's threads, the worker
+# processes and redis-benchmark contend for them (docs/benchmarks.md). This runs the same `bench/bench.py` parts
+# and `bench/ab_workloads.py` elsewhere and prints ONE summary line, `CORES-CHECK ...`, with the issues' goals
+# beside each figure. It takes about three minutes.
 #
-#   scripts/cores-check.sh bundle [DIR]   here, after `make build`: the stripped module, ONNX Runtime, Redis
-#                                         7.0 (redis-server, redis-cli, redis-benchmark: the bench's own server)
-#                                         with every library it needs but glibc's, and the in-process baselines
-#                                         (examples/ort_inprocess, backend_inprocess) in DIR (default
-#                                         target/cores-bundle, about 45 MB)
+#   scripts/cores-check.sh bundle [DIR]   here, after `make build`: the stripped module and its worker, ONNX
+#                                         Runtime, Redis 7.0 (redis-server, redis-cli, redis-benchmark: the
+#                                         bench's own server) with every library they need but glibc's, and the
+#                                         in-process baselines (examples/ort_inprocess, backend_inprocess) in DIR
+#                                         (default target/cores-bundle, about 51 MB)
 #   scripts/cores-check.sh run [DIR]      on the other machine, in a clone of the repository (bench/ and
 #                                         tests/data/ come from it): python3 (standard library only) and
 #                                         glibc >= 2.34 are all it needs. The whole output goes to
@@ -43,6 +45,9 @@ bundle() {
   rm -rf "${out:?}"
   mkdir -p "$out"/{bin,lib}
   strip --strip-debug -o "$out/redisai.so" "$release/libredisai.so"
+  # EXECUTION_MODE ISOLATED finds its worker beside the module.
+  [[ -x $release/redisai-worker ]] || die "$release/redisai-worker is missing (make build)"
+  strip --strip-debug -o "$out/redisai-worker" "$release/redisai-worker"
   # The server under its own name: Redis picks its mode from argv[0] (Debian's is a link to redis-check-rdb).
   cp "$server" "$out/bin/redis-server"
   cp "$cli" "$bench" "$out/bin/"
@@ -56,7 +61,7 @@ bundle() {
     fi
   done
   # shellcheck disable=SC2046
-  cp -L $(libs_of "$out"/bin/* "$out/redisai.so") "$out/lib/"
+  cp -L $(libs_of "$out"/bin/* "$out/redisai.so" "$out/redisai-worker") "$out/lib/"
   du -sh "$out" | awk '{ print "cores-check: bundle of " $1 " in '"$out"'" }' >&2
 }
 
@@ -87,6 +92,15 @@ run() {
       rc=1
     fi
   done
+  # Issue 33's figures: the backends in worker processes against in this one, interleaved rounds.
+  echo "== part: isolation" >>"$log"
+  echo "cores-check: isolation" >&2
+  if ! "$py" "$repo/bench/ab_workloads.py" "in_process=$REDISAI_MODULE" \
+    "isolated=$REDISAI_MODULE+EXECUTION_MODE,ISOLATED" --rounds 3 --only "tiny ONNX req" \
+    --only "heavy.onnx 1 row p50" --only "heavy.onnx 64" >>"$log" 2>&1; then
+    echo "== part failed: isolation" >>"$log"
+    rc=1
+  fi
   "$py" - "$log" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -111,6 +125,9 @@ rows = [
     ("onnx_intra1_overhead_us", intra1(8), "<=", 20.0),
     ("onnx_intra1_overhead_paced_us", intra1(11), "<=", 20.0),
     ("tf_fraud/PING", find("tf", r"throughput ratio MODELEXECUTE/PING: ([\d.]+)"), ">=", 0.6),
+    ("isolated/in_process_tiny", find("isolation", r"^tiny ONNX req/s \(50 clients\).*\s([\d.]+)\s*$"), ">=", 0.85),
+    ("isolated/in_process_heavy1", find("isolation", r"^heavy\.onnx 1 row p50 us.*\s([\d.]+)\s*$"), "<=", 1.05),
+    ("isolated/in_process_heavy64", find("isolation", r"^heavy\.onnx 64 rows p50 us.*\s([\d.]+)\s*$"), "<=", 1.05),
 ]
 out, met, ran = [], 0, 0
 for name, value, op, goal in rows:
@@ -130,5 +147,5 @@ PY
 case ${1:-} in
   bundle) shift; bundle "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 64 ;;
+  *) sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 64 ;;
 esac
