@@ -518,51 +518,31 @@ def bench_dag_vs_commands(n):
     print("DAG/commands p50 ratio: %.3f" % (dags[0] / cmds[0]))
 
 
-class Conn:
-    """One client connection with the standard library only (redis-py may be missing where
-    scripts/cores-check.sh runs the bench): `call` sends a command and reads its whole RESP reply."""
-
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.f = self.sock.makefile("rb")
-
-    def call(self, *args):
-        self.sock.sendall(resp(*args))
-        return self._read()
-
-    def _read(self):
-        line = self.f.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind in (b"+", b":"):
-            return rest
-        if kind == b"$":
-            return None if int(rest) < 0 else self.f.read(int(rest) + 2)[:-2]
-        if kind == b"*":
-            return [self._read() for _ in range(max(int(rest), 0))]
-        raise RuntimeError("unexpected reply %r" % line)
-
-    def close(self):
-        self.f.close()
-        self.sock.close()
-
-
 def bench_two_devices(n, batch):
     import struct
 
+    # The tests' plain-socket client (standard library only: redis-py may be missing where scripts/cores-check.sh
+    # runs the bench); an error reply stops the bench, as redis-py's exception did.
+    sys.path.insert(0, os.path.join(ROOT, "tests", "flow"))
+    from helpers.resp import RawClient, RespError
+
+    def call(*args):
+        reply = r.call(*args)
+        if isinstance(reply, RespError):
+            raise RuntimeError(reply)
+        return reply
+
     s = Server(extra=["INTRA_OP_PARALLELISM", "1"])
     try:
-        r = Conn(s.port)
+        r = RawClient(s.port)
         with open(os.path.join(DATA, "heavy.onnx"), "rb") as f:
             heavy = f.read()
         for key, dev in (("h_cpu", "CPU"), ("h_cpu_b", "CPU"), ("h_cpu1", "CPU:1")):
-            r.call("AI.MODELSTORE", key, "ONNX", dev, "BLOB", heavy)
-        r.call("AI.TENSORSET", "x", "FLOAT", batch, 256, "BLOB", struct.pack("<%df" % (batch * 256), *([0.01] * (batch * 256))))
+            call("AI.MODELSTORE", key, "ONNX", dev, "BLOB", heavy)
+        call("AI.TENSORSET", "x", "FLOAT", batch, 256, "BLOB", struct.pack("<%df" % (batch * 256), *([0.01] * (batch * 256))))
 
         def dag(second):
-            return lambda: r.call(
+            return lambda: call(
                 "AI.DAGEXECUTE", "LOAD", 1, "x", "|>", "AI.MODELEXECUTE", "h_cpu", "INPUTS", 1, "x", "OUTPUTS", 1, "a",
                 "|>", "AI.MODELEXECUTE", second, "INPUTS", 1, "x", "OUTPUTS", 1, "b", "|>", "AI.TENSORGET", "b", "META")
 

@@ -83,24 +83,26 @@ run() {
   } >"$log"
   local parts=("execute" "batching" "devices" "idle" "idle THREADS_PER_QUEUE 4" "latency-intra1")
   [[ -n ${REDISAI_TF_LIB:-} ]] && parts+=("tf")
-  for part in "${parts[@]}"; do
-    read -r only args <<<"$part"
-    echo "== part: $part" >>"$log"
-    echo "cores-check: $part" >&2
-    if ! "$py" "$repo/bench/bench.py" --only "$only" --module-args "${args:-}" >>"$log" 2>&1; then
-      echo "== part failed: $part" >>"$log"
+  # part <label> <command...>: one part of the log, its output under its label; a failure is logged and counted.
+  part() {
+    local label=$1
+    shift
+    echo "== part: $label" >>"$log"
+    echo "cores-check: $label" >&2
+    if ! "$@" >>"$log" 2>&1; then
+      echo "== part failed: $label" >>"$log"
       rc=1
     fi
+  }
+  local p only args
+  for p in "${parts[@]}"; do
+    read -r only args <<<"$p"
+    part "$p" "$py" "$repo/bench/bench.py" --only "$only" --module-args "${args:-}"
   done
   # Issue 33's figures: the backends in worker processes against in this one, interleaved rounds.
-  echo "== part: isolation" >>"$log"
-  echo "cores-check: isolation" >&2
-  if ! "$py" "$repo/bench/ab_workloads.py" "in_process=$REDISAI_MODULE" \
+  part isolation "$py" "$repo/bench/ab_workloads.py" "in_process=$REDISAI_MODULE" \
     "isolated=$REDISAI_MODULE+EXECUTION_MODE,ISOLATED" --rounds 3 --only "tiny ONNX req" \
-    --only "heavy.onnx 1 row p50" --only "heavy.onnx 64" >>"$log" 2>&1; then
-    echo "== part failed: isolation" >>"$log"
-    rc=1
-  fi
+    --only "heavy.onnx 1 row p50" --only "heavy.onnx 64"
   "$py" - "$log" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()

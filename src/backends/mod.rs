@@ -288,7 +288,7 @@ fn entry(kind: BackendKind) -> Result<&'static BackendEntry> {
 pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedScript>> {
     let load =
         entry(BackendKind::Torch)?.load_script.ok_or_else(|| Error::Internal("TORCH compiles no scripts".into()))?;
-    thread_name::named(thread_name::of(BackendKind::Torch), || load(spec, device))
+    thread_name::named(BackendKind::Torch, || load(spec, device))
 }
 
 /// Admits (crate::admission) and builds a model: every way a model comes in (store, RDB/AOF load, RESTORE,
@@ -296,7 +296,7 @@ pub fn load_script(spec: &ScriptSpec, device: &Device) -> Result<Box<dyn LoadedS
 pub fn load_model(backend: BackendKind, blob: Blob, opts: &LoadOptions) -> Result<Box<dyn LoadedModel>> {
     crate::admission::check(backend, &blob)?;
     let load = entry(backend)?.load_model;
-    thread_name::named(thread_name::of(backend), || load(blob, opts))
+    thread_name::named(backend, || load(blob, opts))
 }
 
 /// Opens `kind`'s library now (a worker does, before its sandbox goes in) and gives its version.

@@ -177,8 +177,7 @@ impl OnnxModel {
         }
         let before = onnx_alloc::overruns();
         // A session made for a second concurrent run is made on a queue's worker: its pool is named, as at load.
-        let session =
-            super::thread_name::named(super::thread_name::of(BackendKind::Onnx), || b.commit_from_memory(&self.blob));
+        let session = super::thread_name::named(BackendKind::Onnx, || b.commit_from_memory(&self.blob));
         if session.is_err() && onnx_alloc::overruns() > before {
             return Err(Error::refused(format!("Exception during initialization: {}", onnx_alloc::LIMIT_ERROR)));
         }

@@ -4,24 +4,23 @@
 //! and /proc. Each load runs under its backend's name instead (`ai:onnx`, `ai:tf`, ...), then the thread's own
 //! name comes back.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 
 use crate::backend_kind::BackendKind;
 
-/// The name of the threads `kind` starts while it loads a model or makes a session.
-pub fn of(kind: BackendKind) -> &'static str {
+/// The name of the threads `kind` starts while it loads a model or makes a session (the kernel keeps 15 bytes).
+fn of(kind: BackendKind) -> &'static CStr {
     match kind {
-        BackendKind::Onnx => "ai:onnx",
-        BackendKind::Tf => "ai:tf",
-        BackendKind::TfLite => "ai:tflite",
-        BackendKind::Torch => "ai:torch",
+        BackendKind::Onnx => c"ai:onnx",
+        BackendKind::Tf => c"ai:tf",
+        BackendKind::TfLite => c"ai:tflite",
+        BackendKind::Torch => c"ai:torch",
     }
 }
 
-/// Runs `f` with the calling thread named `name` (at most 15 bytes are kept), and restores its name after,
-/// also when `f` panics.
-pub fn named<T>(name: &str, f: impl FnOnce() -> T) -> T {
-    let _restore = Rename::to(name);
+/// Runs `f` with the calling thread named after `kind`, and restores its name after, also when `f` panics.
+pub fn named<T>(kind: BackendKind, f: impl FnOnce() -> T) -> T {
+    let _restore = Rename::to(of(kind));
     f()
 }
 
@@ -29,17 +28,15 @@ pub fn named<T>(name: &str, f: impl FnOnce() -> T) -> T {
 struct Rename(Option<[u8; 16]>);
 
 impl Rename {
-    fn to(name: &str) -> Rename {
+    fn to(name: &CStr) -> Rename {
         let mut old = [0u8; 16];
         // SAFETY: PR_GET_NAME writes at most 16 bytes (the name and its NUL) into the buffer it is given.
-        let got = unsafe { libc::prctl(libc::PR_GET_NAME, old.as_mut_ptr()) } == 0;
-        let short: Vec<u8> = name.bytes().filter(|&b| b != 0).take(15).collect();
-        if let (true, Ok(new)) = (got, CString::new(short)) {
-            // SAFETY: PR_SET_NAME reads a NUL-terminated string, which `new` is, alive for the call.
-            unsafe { libc::prctl(libc::PR_SET_NAME, new.as_ptr()) };
-            return Rename(Some(old));
+        if unsafe { libc::prctl(libc::PR_GET_NAME, old.as_mut_ptr()) } != 0 {
+            return Rename(None);
         }
-        Rename(None)
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string, which `name` is, alive for the call.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        Rename(Some(old))
     }
 }
 
@@ -65,13 +62,13 @@ mod tests {
         std::thread::Builder::new()
             .name("ai:test".into())
             .spawn(|| {
-                let inner = named("ai:onnx-and-a-long-tail", || {
-                    assert_eq!(current(), "ai:onnx-and-a-l", "15 bytes kept");
+                let inner = named(BackendKind::Onnx, || {
+                    assert_eq!(current(), "ai:onnx");
                     std::thread::spawn(current).join().ok()
                 });
-                assert_eq!(inner.as_deref(), Some("ai:onnx-and-a-l"), "a thread started inside takes the name");
+                assert_eq!(inner.as_deref(), Some("ai:onnx"), "a thread started inside takes the name");
                 assert_eq!(current(), "ai:test");
-                let _ = std::panic::catch_unwind(|| named("ai:tf", || panic!("a failed load")));
+                let _ = std::panic::catch_unwind(|| named(BackendKind::Tf, || panic!("a failed load")));
                 assert_eq!(current(), "ai:test", "restored after a panic too");
             })
             .and_then(|h| h.join().map_err(|_| std::io::Error::other("the test thread panicked")))

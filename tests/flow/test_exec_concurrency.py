@@ -453,15 +453,20 @@ def test_scriptexecute_concurrent_clients(server):
 # two devices in one DAG
 
 
-def worker_threads(pid):
-    """{thread name: tid} of a process."""
-    out = {}
+def threads(pid):
+    """[(thread name, tid)] of a process."""
+    out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            out[(task / "comm").read_text().strip()] = int(task.name)
+            out.append(((task / "comm").read_text().strip(), int(task.name)))
         except OSError:
             pass
     return out
+
+
+def worker_threads(pid):
+    """{thread name: tid} of a process."""
+    return dict(threads(pid))
 
 
 @pytest.mark.in_process  # a worker process's pools are in that process
@@ -472,12 +477,7 @@ def test_backend_threads_take_their_backend_s_name(server):
     con = server.client()
     store(con, "m", "linear")
     concurrent_executes(server, "m", 4, 20)  # two workers at once: the second makes a session of its own
-    names = []
-    for task in Path(f"/proc/{server.pid}/task").iterdir():
-        try:
-            names.append((task / "comm").read_text().strip())
-        except OSError:
-            pass
+    names = [name for name, _ in threads(server.pid)]
     assert "ai:modelstore" not in names, sorted(names)
     assert names.count("ai:onnx") >= 1, sorted(names)  # INTRA_OP_PARALLELISM 2: one pool thread per session
     for worker in ("ai:CPU:0", "ai:CPU:1"):
